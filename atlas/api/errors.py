@@ -1,0 +1,137 @@
+"""Render every error, Atlas's and DRF's, as RFC 9457 problem+json.
+
+A small handler rather than a library: the contract's fields (``pointer``,
+``errors`` as ``{pointer, detail}``, ``conflicts``) are Atlas's own, and the
+problem-details packages for DRF emit other shapes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+from atlas import exceptions as atlas
+
+logger = logging.getLogger(__name__)
+PROBLEM_JSON = "application/problem+json"
+
+_DRF_MAP: list[tuple[type[Exception], type[atlas.AtlasError]]] = [
+    (drf.NotAuthenticated, atlas.NotAuthenticated),
+    (drf.AuthenticationFailed, atlas.NotAuthenticated),
+    (drf.PermissionDenied, atlas.PermissionDenied),
+    (drf.NotFound, atlas.NotFound),
+    (drf.ParseError, atlas.BadRequest),
+]
+
+
+def flatten_errors(errors: Any, prefix: str = "") -> list[dict[str, str]]:
+    """Turn DRF's nested ``serializer.errors`` into ``[{pointer, detail}]`` (RFC 6901)."""
+    out: list[dict[str, str]] = []
+    if isinstance(errors, dict):
+        for field, value in errors.items():
+            name = (
+                ""
+                if field in ("non_field_errors", "__all__")
+                else "/" + str(field).replace("~", "~0").replace("/", "~1")
+            )
+            out.extend(flatten_errors(value, prefix + name))
+    elif isinstance(errors, list):
+        if all(not isinstance(e, dict | list) for e in errors):
+            out.extend({"pointer": prefix or "/", "detail": str(e)} for e in errors)
+        else:
+            for index, value in enumerate(errors):
+                if value:
+                    out.extend(flatten_errors(value, f"{prefix}/{index}"))
+    else:
+        out.append({"pointer": prefix or "/", "detail": str(errors)})
+    return out
+
+
+def problem_for(exc: Exception) -> atlas.AtlasError | None:
+    """Translate an exception into an Atlas error, or None for an unexpected one."""
+    if isinstance(exc, atlas.AtlasError):
+        return exc
+    if isinstance(exc, drf.ValidationError):
+        errors = flatten_errors(exc.detail)
+        detail = errors[0]["detail"] if len(errors) == 1 else f"{len(errors)} invalid values."
+        return atlas.ValidationFailed(
+            detail, errors=errors, pointer=errors[0]["pointer"] if errors else None
+        )
+    for drf_class, atlas_class in _DRF_MAP:
+        if isinstance(exc, drf_class):
+            return atlas_class(str(exc.detail))
+    if isinstance(exc, drf.APIException):
+        error = atlas.AtlasError(str(exc.detail))
+        error.status = exc.status_code
+        error.type = str(exc.default_code).replace("_", "-")
+        error.title = str(exc.default_detail)
+        return error
+    if isinstance(exc, Http404):
+        return atlas.NotFound("Not found.")
+    if isinstance(exc, DjangoPermissionDenied):
+        return atlas.PermissionDenied()
+    if isinstance(exc, OperationalError | InterfaceError):
+        logger.warning("database unavailable: %s", exc)
+        return atlas.ServiceUnavailable("The database is unavailable; retry shortly.")
+    return None
+
+
+def problem_response(error: atlas.AtlasError, instance: str | None = None) -> Response:
+    body = error.as_problem()
+    if instance:
+        body["instance"] = instance
+    response = Response(body, status=error.status, content_type=PROBLEM_JSON)
+    if error.status == 401:
+        response["WWW-Authenticate"] = "Token"
+    if error.status == 503:
+        response["Retry-After"] = "5"
+    return response
+
+
+def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """DRF's EXCEPTION_HANDLER: every error leaves as problem+json, 500 included."""
+    request = context.get("request")
+    instance = request.get_full_path() if request is not None else None
+    error = problem_for(exc)
+    if error is None:
+        if isinstance(exc, DatabaseError):
+            logger.exception("database error")
+        else:
+            logger.exception("unhandled error")
+        error = atlas.AtlasError("An unexpected error occurred; it has been logged.")
+        error.status, error.type, error.title = 500, "internal-error", "Internal server error"
+    return problem_response(error, instance)
+
+
+def _plain_problem(request: HttpRequest, error: atlas.AtlasError) -> JsonResponse:
+    body = error.as_problem()
+    body["instance"] = request.get_full_path()
+    return JsonResponse(body, status=error.status, content_type=PROBLEM_JSON)
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Problem+json under /api/; Django's own page for the admin and the rest."""
+    if not request.path.startswith("/api/"):
+        return defaults.page_not_found(request, exception or Http404())
+    return _plain_problem(request, atlas.NotFound("No such resource."))
+
+
+def handler500(request: HttpRequest) -> JsonResponse:
+    error = atlas.AtlasError("An unexpected error occurred; it has been logged.")
+    error.status, error.type, error.title = 500, "internal-error", "Internal server error"
+    return _plain_problem(request, error)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return _plain_problem(request, atlas.BadRequest("Bad request."))
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return _plain_problem(request, atlas.PermissionDenied())

@@ -1,0 +1,192 @@
+"""Atlas settings, all from the environment (see docs/configuration.md).
+
+Development defaults apply only while ``DEBUG`` is on; with ``DEBUG`` off a
+missing ``SECRET_KEY`` is an error rather than a silently insecure default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+DEBUG = env_bool("DEBUG", default=True)
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "atlas-development-only-secret-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "").split(",") if h.strip()]
+if not ALLOWED_HOSTS and DEBUG:
+    ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "guardian",
+    "drf_spectacular",
+    "atlas",
+    "entities",
+    "changesets",
+    "branches",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "atlas.urls"
+WSGI_APPLICATION = "atlas.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -----------------------------------------------------------------
+_database_url = os.environ.get("DATABASE_URL", "")
+if not _database_url:
+    from atlas.embedded import database_url as _embedded_database_url
+
+    _database_url = _embedded_database_url()
+DATABASES = {
+    "default": dj_database_url.parse(
+        _database_url, conn_max_age=env_int("ATLAS_DB_CONN_MAX_AGE", 60), conn_health_checks=True
+    )
+}
+DATABASES["default"].setdefault("OPTIONS", {})
+# Fail fast instead of hanging when PostgreSQL is away (clients get 503).
+DATABASES["default"]["OPTIONS"].setdefault(
+    "connect_timeout", env_int("ATLAS_DB_CONNECT_TIMEOUT", 5)
+)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+ANONYMOUS_USER_NAME = None  # guardian: no anonymous user object; anonymous gets 401
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".atlas" / "static"
+
+# --- Atlas ----------------------------------------------------------------------
+ATLAS_MAX_CONTENT_BYTES = env_int("ATLAS_MAX_CONTENT_BYTES", 1024 * 1024)
+ATLAS_MAX_BATCH_OPS = env_int("ATLAS_MAX_BATCH_OPS", 10_000)
+# A whole request body may carry many contents (a batch), so its cap is separate.
+ATLAS_MAX_BODY_BYTES = env_int("ATLAS_MAX_BODY_BYTES", 64 * 1024 * 1024)
+ATLAS_DEV_AUTHOR_HEADER = env_bool("ATLAS_DEV_AUTHOR_HEADER", default=False)
+ATLAS_IDEMPOTENCY_TTL_HOURS = env_int("ATLAS_IDEMPOTENCY_TTL_HOURS", 24)
+ATLAS_ALLOW_PRIVATE_WEBHOOKS = env_bool("ATLAS_ALLOW_PRIVATE_WEBHOOKS", default=DEBUG)
+
+# Django's own body cap answers 400; Atlas enforces ATLAS_MAX_BODY_BYTES itself to answer 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
+
+# --- REST framework -------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["atlas.api.LimitedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "atlas.api.problem_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Atlas API",
+    "DESCRIPTION": "Every write to a store of JSON entities as an attributable, "
+    "reviewable, revertible changeset.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Celery -----------------------------------------------------------------------
+_broker_dir = BASE_DIR / ".atlas" / "broker"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "") or "filesystem://"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # The embedded default: a folder queue that needs no server (kombu's
+    # filesystem transport). Fine for one machine; use Redis/RabbitMQ beyond.
+    for _sub in ("queue", "processed", "control"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
+        "store_processed": False,
+    }
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".atlas" / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict = {}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"pgserver": {"level": "WARNING"}},
+}

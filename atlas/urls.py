@@ -1,0 +1,26 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from atlas import health
+from atlas.api import errors
+
+api_v1 = [
+    path("", include("entities.api.urls")),
+    path("", include("changesets.api.urls")),
+]
+
+urlpatterns = [
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
+    path("admin/", admin.site.urls),
+]
+
+handler400 = errors.handler400
+handler403 = errors.handler403
+handler404 = errors.handler404
+handler500 = errors.handler500

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BranchesConfig(AppConfig):
+    name = "branches"
+    verbose_name = "Branches"

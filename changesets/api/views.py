@@ -1,0 +1,154 @@
+"""Changeset log endpoints: list, get, revisions."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import datetime
+
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from atlas.api import paging
+from atlas.exceptions import BadRequest, NotFound, ValidationFailed
+from changesets.api.serializers import (
+    ChangesetPageSerializer,
+    ChangesetSerializer,
+    RevisionListSerializer,
+    changeset_repr,
+    revision_repr,
+)
+from changesets.models import Changeset, Rpc
+from changesets.selectors import changeset_get, changeset_list, changeset_revisions
+from entities import access
+from entities import validation as v
+
+PROBLEM = OpenApiTypes.OBJECT
+_FILTERS = ("branch", "namespace", "author", "rpc", "since", "until")
+
+
+def _timestamp(request: Request, name: str, errors: list[dict[str, str]]) -> datetime | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    value = parse_datetime(raw)
+    if value is None or value.tzinfo is None:
+        errors.append(
+            {"pointer": f"/{name}", "detail": "Must be an RFC 3339 timestamp with offset."}
+        )
+        return None
+    return value
+
+
+def get_visible_changeset(request: Request, changeset_id: str) -> Changeset:
+    """The changeset, or 404 when it does not exist or has no op the caller can read."""
+    try:
+        uuid.UUID(changeset_id)
+    except ValueError as exc:
+        raise NotFound("No such changeset.") from exc
+    changeset = changeset_get(
+        changeset_id=changeset_id, namespaces=access.readable_namespaces(request.user)
+    )
+    if changeset is None:
+        raise NotFound("No such changeset.")
+    return changeset
+
+
+class ChangesetListView(APIView):
+    @extend_schema(
+        operation_id="changesets_list",
+        summary="Changesets, newest first",
+        parameters=[
+            OpenApiParameter(
+                "branch",
+                OpenApiTypes.STR,
+                description="Absent = all visible; present = that branch; empty = baseline.",
+            ),
+            OpenApiParameter("namespace", OpenApiTypes.STR),
+            OpenApiParameter("author", OpenApiTypes.STR),
+            OpenApiParameter("rpc", OpenApiTypes.STR, enum=[r.value for r in Rpc]),
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="at >= since"),
+            OpenApiParameter("until", OpenApiTypes.DATETIME, description="at <= until"),
+            OpenApiParameter("page_size", OpenApiTypes.INT),
+            OpenApiParameter("page_token", OpenApiTypes.STR),
+        ],
+        responses={200: ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        paging.check_known_params(request, {*_FILTERS, "page_size", "page_token"})
+        errors: list[dict[str, str]] = []
+        branch = params.get("branch")  # None = all; "" = baseline
+        namespace = params.get("namespace") or None
+        if namespace is not None and not v.is_valid_namespace(namespace):
+            errors.append({"pointer": "/namespace", "detail": v.MSG_NAMESPACE})
+        rpc = params.get("rpc") or None
+        if rpc is not None and rpc not in Rpc.values:
+            errors.append({"pointer": "/rpc", "detail": f"One of {', '.join(Rpc.values)}."})
+        since = _timestamp(request, "since", errors)
+        until = _timestamp(request, "until", errors)
+        if errors:
+            raise ValidationFailed(errors[0]["detail"], pointer=errors[0]["pointer"], errors=errors)
+        limit = paging.page_size(request)
+        digest = hashlib.sha256(repr([params.get(f) for f in _FILTERS]).encode()).hexdigest()[:16]
+        position = paging.page_position("changesets", request)
+        before_seq = None
+        if position is not None:
+            before_seq = position.get("s")
+            if position.get("f") != digest or not isinstance(before_seq, int):
+                raise BadRequest(
+                    "The page token belongs to another listing.", pointer="/page_token"
+                )
+        namespaces = access.readable_namespaces(request.user)
+        rows = changeset_list(
+            namespaces=namespaces,
+            branch=branch,
+            namespace=namespace,
+            author=params.get("author") or None,
+            rpc=rpc,
+            since=since,
+            until=until,
+            before_seq=before_seq,
+            limit=limit + 1,
+        )
+        next_token = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            next_token = paging.encode_token(
+                "changesets", request, {"s": rows[-1].seq, "f": digest}
+            )
+        return Response(
+            {
+                "results": [changeset_repr(c, c.visible_ops) for c in rows],
+                "next_page_token": next_token,
+            }
+        )
+
+
+class ChangesetDetailView(APIView):
+    @extend_schema(
+        operation_id="changesets_get",
+        summary="One changeset (ops limited to namespaces you can read)",
+        responses={200: ChangesetSerializer, 404: PROBLEM},
+    )
+    def get(self, request: Request, changeset_id: str) -> Response:
+        changeset = get_visible_changeset(request, changeset_id)
+        return Response(changeset_repr(changeset, changeset.visible_ops))
+
+
+class ChangesetRevisionsView(APIView):
+    @extend_schema(
+        operation_id="changesets_revisions",
+        summary="A changeset's revision rows (before and after images)",
+        responses={200: RevisionListSerializer, 404: PROBLEM},
+    )
+    def get(self, request: Request, changeset_id: str) -> Response:
+        changeset = get_visible_changeset(request, changeset_id)
+        rows = changeset_revisions(
+            changeset=changeset, namespaces=access.readable_namespaces(request.user)
+        )
+        return Response({"results": [revision_repr(r, changeset) for r in rows]})

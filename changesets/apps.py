@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ChangesetsConfig(AppConfig):
+    name = "changesets"
+    verbose_name = "Changesets"

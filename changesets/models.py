@@ -1,0 +1,200 @@
+"""The changeset log: changesets, revisions, the log head and the journal.
+
+Changesets and revisions are append-only (DESIGN invariant 7). Django's
+``save()`` and ``delete()`` refuse to rewrite them, and database triggers
+(migration 0002) refuse UPDATE and DELETE from any client, so the guarantee
+does not depend on every caller going through the ORM.
+"""
+
+from __future__ import annotations
+
+import uuid6
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import Q
+
+BASELINE = ""
+
+
+class Rpc(models.TextChoices):
+    PUT_ENTITY = "PutEntity"
+    PATCH_ENTITY = "PatchEntity"
+    DELETE_ENTITY = "DeleteEntity"
+    BATCH_MUTATE = "BatchMutate"
+    DELETE_BY_QUERY = "DeleteByQuery"
+    REVERT_CHANGESET = "RevertChangeset"
+    MERGE_BRANCH = "MergeBranch"
+    IMPORT_CHANGESET = "ImportChangeset"
+
+
+class Op(models.TextChoices):
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+class AppendOnlyError(Exception):
+    """Raised when code tries to rewrite the log."""
+
+
+class AppendOnlyModel(models.Model):
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs) -> None:  # type: ignore[override]
+        if not self._state.adding:
+            raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):  # type: ignore[override]
+        raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
+
+
+class Changeset(AppendOnlyModel):
+    """One mutation request that moved something.
+
+    ``seq`` is drawn from :class:`LogHead` as the last step before commit, under
+    that row's lock, so seq order is commit order (invariant 6).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid6.uuid7, editable=False)
+    seq = models.BigIntegerField(unique=True)
+    # The author's name is the record; the FK is a convenience that survives
+    # the user's deletion without rewriting the log (no DB constraint).
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    author_name = models.CharField(max_length=150)
+    at = models.DateTimeField()
+    message = models.CharField(max_length=200)
+    comment = models.TextField(blank=True, default="")
+    branch = models.CharField(max_length=63, blank=True, default=BASELINE)
+    rpc = models.CharField(max_length=32, choices=Rpc.choices)
+    op_count = models.PositiveIntegerField()
+    namespaces = ArrayField(models.CharField(max_length=200), default=list)
+
+    class Meta:
+        ordering = ["-seq"]
+        indexes = [
+            models.Index(fields=["branch", "-seq"], name="changeset_branch_seq"),
+            models.Index(fields=["author_name", "-seq"], name="changeset_author_seq"),
+            models.Index(fields=["at"], name="changeset_at"),
+            GinIndex(fields=["namespaces"], name="changeset_namespaces"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(seq__gte=1), name="changeset_seq_positive"),
+            models.CheckConstraint(condition=Q(op_count__gte=1), name="changeset_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.message}"
+
+
+class Revision(AppendOnlyModel):
+    """One entity's before and after images across one changeset.
+
+    Each row is true on its own (both images), so history never depends on an
+    unbroken chain. ``seq`` and ``branch`` are copied from the changeset so the
+    history and as-of indexes need no join.
+    """
+
+    changeset = models.ForeignKey(Changeset, on_delete=models.DO_NOTHING, related_name="revisions")
+    seq = models.BigIntegerField()
+    branch = models.CharField(max_length=63, blank=True, default=BASELINE)
+    namespace = models.CharField(max_length=200)
+    kind = models.CharField(max_length=100)
+    slug = models.CharField(max_length=200)
+    op = models.CharField(max_length=6, choices=Op.choices)
+    before = models.JSONField(null=True)
+    after = models.JSONField(null=True)
+    before_version = models.PositiveIntegerField(null=True)
+    after_version = models.PositiveIntegerField(null=True)
+
+    class Meta:
+        ordering = ["seq", "id"]
+        indexes = [
+            # Entity history (newest first) and as-of (newest <= X per key).
+            models.Index(
+                fields=["branch", "namespace", "kind", "slug", "-seq"],
+                name="revision_history",
+            ),
+            # The change feed and "everything after seq N".
+            models.Index(fields=["seq"], name="revision_seq"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["changeset", "namespace", "kind", "slug"],
+                name="revision_one_per_entity_changeset",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(op="create", before__isnull=True, after__isnull=False)
+                    | Q(op="update", before__isnull=False, after__isnull=False)
+                    | Q(op="delete", before__isnull=False, after__isnull=True)
+                ),
+                name="revision_images_match_op",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.namespace}/{self.kind}/{self.slug} @{self.seq}"
+
+
+class LogHead(models.Model):
+    """The single row whose lock orders commits and hands out ``seq``.
+
+    Every write transaction updates it as its last statement before inserting
+    the changeset; the row lock is held until commit, so a transaction that
+    drew seq N has committed before anyone can draw N+1.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    seq = models.BigIntegerField(default=0)
+    # The newest changeset's time: ``at`` never runs backwards in seq order,
+    # which is what makes ``as_of_time`` well defined.
+    at = models.DateTimeField(null=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="loghead_single_row")]
+
+    def __str__(self) -> str:
+        return f"log head at seq {self.seq}"
+
+
+class JournalPhase(models.TextChoices):
+    COMMITTED = "committed"
+    PUBLISHED = "published"
+
+
+class JournalEntry(models.Model):
+    """Post-commit work still owed for one baseline changeset (fan-out, hooks)."""
+
+    changeset = models.OneToOneField(
+        Changeset, primary_key=True, on_delete=models.DO_NOTHING, related_name="journal"
+    )
+    phase = models.CharField(
+        max_length=10, choices=JournalPhase.choices, default=JournalPhase.COMMITTED
+    )
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        verbose_name_plural = "journal entries"
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                condition=Q(phase="committed"),
+                name="journal_outstanding",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.changeset_id} {self.phase}"

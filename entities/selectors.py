@@ -1,0 +1,16 @@
+"""Reads of namespaces and grants."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+
+from entities import access
+from entities.models import Namespace
+
+
+def namespace_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Namespace]:
+    """Namespaces the user can read, by name."""
+    readable = access.readable_namespaces(user)
+    qs = Namespace.objects.order_by("name")
+    return qs if readable is None else qs.filter(name__in=readable)

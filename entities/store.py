@@ -1,0 +1,270 @@
+"""The entity store interface and its baseline implementation.
+
+The write service (``changesets.services``) takes a store, so the same code
+writes baseline and branch overlays, and ``changesets`` never imports
+``branches``. Every method here is set-based: one statement for any number of
+keys, so a 1,000-op batch costs a handful of round trips.
+
+Only the write service may call the mutating methods (DESIGN invariant 1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+from uuid import UUID
+
+from django.db import connection
+from psycopg.types.json import Jsonb
+
+
+@dataclass(frozen=True, order=True)
+class EntityKey:
+    namespace: str
+    kind: str
+    slug: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.slug}"
+
+
+@dataclass(frozen=True)
+class StoredEntity:
+    key: EntityKey
+    content: dict[str, Any]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    changeset_id: UUID | None  # None only in a dry run's preview
+
+
+@dataclass(frozen=True)
+class EntityWrite:
+    key: EntityKey
+    content: dict[str, Any]
+    version: int
+
+
+class KeyRaced(Exception):
+    """A key this transaction meant to create was created concurrently; retry."""
+
+
+class EntityStore(Protocol):
+    branch: str
+
+    def get(self, key: EntityKey) -> StoredEntity | None: ...
+
+    def list(
+        self,
+        *,
+        namespaces: Sequence[str] | None,
+        namespace: str | None = None,
+        kind: str | None = None,
+        slug_prefix: str | None = None,
+        after: EntityKey | None = None,
+        limit: int = 50,
+    ) -> list[StoredEntity]: ...
+
+    def lock(self, keys: Iterable[EntityKey]) -> dict[EntityKey, StoredEntity]: ...
+
+    def apply(
+        self,
+        *,
+        changeset_id: UUID,
+        now: datetime,
+        creates: Sequence[EntityWrite],
+        updates: Sequence[EntityWrite],
+        deletes: Sequence[EntityKey],
+    ) -> None: ...
+
+
+def _columns(keys: Sequence[EntityKey]) -> tuple[list[str], list[str], list[str]]:
+    return [k.namespace for k in keys], [k.kind for k in keys], [k.slug for k in keys]
+
+
+def entity_filters(
+    ns_col: str,
+    kind_col: str,
+    slug_col: str,
+    *,
+    namespaces: Sequence[str] | None,
+    namespace: str | None,
+    kind: str | None,
+    slug_prefix: str | None,
+    after: EntityKey | None,
+) -> tuple[str, list[Any]]:
+    """SQL conditions shared by live, overlay and as-of listings."""
+    clauses: list[str] = ["TRUE"]
+    params: list[Any] = []
+    if namespaces is not None:
+        clauses.append(f"{ns_col} = ANY(%s::text[])")
+        params.append(list(namespaces))
+    if namespace is not None:
+        clauses.append(f"{ns_col} = %s")
+        params.append(namespace)
+    if kind is not None:
+        clauses.append(f"{kind_col} = %s")
+        params.append(kind)
+    if slug_prefix:
+        clauses.append(f"{slug_col} LIKE %s")
+        params.append(like_prefix(slug_prefix))
+    if after is not None:
+        clauses.append(f"({ns_col}, {kind_col}, {slug_col}) > (%s, %s, %s)")
+        params.extend([after.namespace, after.kind, after.slug])
+    return " AND ".join(clauses), params
+
+
+_SELECT = (
+    "SELECT e.namespace_id, e.kind, e.slug, e.content, e.version, e.created_at,"
+    " e.updated_at, e.changeset_id FROM entities_entity e"
+)
+
+
+def load_json(value: Any) -> Any:
+    """Django has psycopg hand jsonb over as text (JSONField decodes it); raw SQL must too."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _row_to_entity(row: Sequence[Any]) -> StoredEntity:
+    return StoredEntity(
+        key=EntityKey(row[0], row[1], row[2]),
+        content=load_json(row[3]),
+        version=row[4],
+        created_at=row[5],
+        updated_at=row[6],
+        changeset_id=row[7],
+    )
+
+
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern matching strings that start with ``prefix`` literally."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+class BaselineStore:
+    """The live entity table."""
+
+    branch = ""
+
+    def get(self, key: EntityKey) -> StoredEntity | None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"{_SELECT} WHERE e.namespace_id = %s AND e.kind = %s AND e.slug = %s",
+                [key.namespace, key.kind, key.slug],
+            )
+            row = cursor.fetchone()
+        return _row_to_entity(row) if row else None
+
+    def list(
+        self,
+        *,
+        namespaces: Sequence[str] | None,
+        namespace: str | None = None,
+        kind: str | None = None,
+        slug_prefix: str | None = None,
+        after: EntityKey | None = None,
+        limit: int = 50,
+    ) -> list[StoredEntity]:
+        """One keyset page in (namespace, kind, slug) order, off the unique index.
+
+        ``namespaces`` is the caller's readable set (``None`` = all).
+        """
+        where, params = entity_filters(
+            "e.namespace_id",
+            "e.kind",
+            "e.slug",
+            namespaces=namespaces,
+            namespace=namespace,
+            kind=kind,
+            slug_prefix=slug_prefix,
+            after=after,
+        )
+        sql = f"{_SELECT} WHERE {where} ORDER BY e.namespace_id, e.kind, e.slug LIMIT %s"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, limit])
+            return [_row_to_entity(row) for row in cursor.fetchall()]
+
+    def lock(self, keys: Iterable[EntityKey]) -> dict[EntityKey, StoredEntity]:
+        """Lock the existing rows among ``keys`` (FOR UPDATE) and return them.
+
+        Rows are locked in key order, so two batches over overlapping keys
+        queue behind each other instead of deadlocking.
+        """
+        keys = sorted(set(keys))
+        if not keys:
+            return {}
+        ns, kinds, slugs = _columns(keys)
+        sql = (
+            f"{_SELECT} JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(ns, kind, slug)"
+            " ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+            " ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [ns, kinds, slugs])
+            return {e.key: e for e in map(_row_to_entity, cursor.fetchall())}
+
+    def apply(
+        self,
+        *,
+        changeset_id: UUID,
+        now: datetime,
+        creates: Sequence[EntityWrite],
+        updates: Sequence[EntityWrite],
+        deletes: Sequence[EntityKey],
+    ) -> None:
+        """Write the net effect of one changeset; raise :class:`KeyRaced` on a lost create race."""
+        with connection.cursor() as cursor:
+            if deletes:
+                cursor.execute(
+                    "DELETE FROM entities_entity e"
+                    " USING unnest(%s::text[], %s::text[], %s::text[]) AS k(ns, kind, slug)"
+                    " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug",
+                    list(_columns(deletes)),
+                )
+            if updates:
+                ns, kinds, slugs = _columns([w.key for w in updates])
+                cursor.execute(
+                    "UPDATE entities_entity e SET content = k.content, version = k.version,"
+                    " updated_at = %s, changeset_id = %s"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int[])"
+                    " AS k(ns, kind, slug, content, version)"
+                    " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug",
+                    [
+                        now,
+                        changeset_id,
+                        ns,
+                        kinds,
+                        slugs,
+                        [Jsonb(w.content) for w in updates],
+                        [w.version for w in updates],
+                    ],
+                )
+            if creates:
+                ns, kinds, slugs = _columns([w.key for w in creates])
+                cursor.execute(
+                    "INSERT INTO entities_entity"
+                    " (namespace_id, kind, slug, content, version, created_at, updated_at,"
+                    " changeset_id)"
+                    " SELECT k.ns, k.kind, k.slug, k.content, k.version, %s, %s, %s"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int[])"
+                    " AS k(ns, kind, slug, content, version)"
+                    " ON CONFLICT (namespace_id, kind, slug) DO NOTHING",
+                    [
+                        now,
+                        now,
+                        changeset_id,
+                        ns,
+                        kinds,
+                        slugs,
+                        [Jsonb(w.content) for w in creates],
+                        [w.version for w in creates],
+                    ],
+                )
+                if cursor.rowcount != len(creates):
+                    raise KeyRaced()
+
+
+baseline = BaselineStore()

@@ -1,0 +1,90 @@
+"""Name and content rules from API.md, shared by the API layer and the services.
+
+Why here and not in serializers: imports, reverts and merges build op lists
+inside services, and the rules must hold for them too (DESIGN invariant 1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.conf import settings
+
+NAMESPACE_RE = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
+KIND_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+SLUG_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+NAMESPACE_MAX_LENGTH = 200
+KIND_MAX_LENGTH = 100
+
+MSG_NAMESPACE = "Namespace must be dotted lowercase segments of [a-z0-9_-]."
+MSG_KIND = "Kind must match [a-z][a-z0-9_]*."
+MSG_SLUG = "Slug must be 1-200 characters of [A-Za-z0-9._-]."
+MSG_CONTENT_OBJECT = "Content must be a JSON object."
+MSG_BAD_TEXT = "Text may not contain U+0000, and nesting may not exceed 64 levels."
+MSG_CONTENT_TOO_LARGE = "Content is {size} bytes encoded; the limit is {limit}."
+
+
+def is_valid_namespace(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= NAMESPACE_MAX_LENGTH
+        and NAMESPACE_RE.match(value) is not None
+    )
+
+
+def is_valid_kind(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= KIND_MAX_LENGTH
+        and KIND_RE.match(value) is not None
+    )
+
+
+def is_valid_slug(value: object) -> bool:
+    return isinstance(value, str) and SLUG_RE.match(value) is not None
+
+
+def encoded_size(content: Any) -> int:
+    """Size of ``content`` as compact UTF-8 JSON, the measure of the content limit."""
+    return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def content_too_large(content: Any) -> str | None:
+    """Return an error message when ``content`` is over ``ATLAS_MAX_CONTENT_BYTES``."""
+    limit = settings.ATLAS_MAX_CONTENT_BYTES
+    size = encoded_size(content)
+    if size > limit:
+        return MSG_CONTENT_TOO_LARGE.format(size=size, limit=limit)
+    return None
+
+
+MAX_DEPTH = 64
+
+
+def find_nul(value: Any) -> str | None:
+    """Pointer to the first string or key holding U+0000, which jsonb cannot store.
+
+    Also refuses nesting deeper than ``MAX_DEPTH`` (returning that pointer), so
+    later recursive code (encoding, comparison) never meets a pathological tree.
+    Iterative, so it cannot itself overflow the stack.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        item, pointer, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return pointer
+        if isinstance(item, str):
+            if "\x00" in item:
+                return pointer
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                here = pointer + "/" + str(key).replace("~", "~0").replace("/", "~1")
+                if "\x00" in str(key):
+                    return here
+                stack.append((child, here, depth + 1))
+        elif isinstance(item, list):
+            for index, child in enumerate(item):
+                stack.append((child, f"{pointer}/{index}", depth + 1))
+    return None
