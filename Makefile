@@ -1,0 +1,77 @@
+# Atlas developer commands. `make run` serves a working Atlas; `make test` is what CI runs.
+# With DATABASE_URL unset everything uses the embedded PostgreSQL in .atlas/pgdata.
+
+VENV    := .venv
+PY      := $(VENV)/bin/python
+MANAGE  := $(PY) manage.py
+STAMP   := $(VENV)/.installed
+# Python 3.11 if it runs here, else whatever python3 is (checked to be >= 3.11 below).
+PYTHON  ?= $(shell python3.11 -c 'import sys' >/dev/null 2>&1 && echo python3.11 || echo python3)
+# Start the embedded PostgreSQL up front unless DATABASE_URL names a server. Settings would
+# also start it lazily; doing it once here keeps parallel processes from racing to do so.
+ENSURE_DB = @if [ -z "$$DATABASE_URL" ]; then \
+	echo "==> embedded PostgreSQL in .atlas/pgdata"; $(PY) -m atlas.embedded start; fi
+
+.DEFAULT_GOAL := help
+.PHONY: help venv run test lint fmt migrate db-start db-stop worker clean
+
+help:
+	@echo "make run       virtualenv, database, migrate, demo user, then web (gunicorn) + worker"
+	@echo "make test      ruff check, then pytest (pass options in PYTEST_ARGS=...)"
+	@echo "make lint      ruff check and ruff format --check"
+	@echo "make fmt       ruff format and ruff check --fix"
+	@echo "make migrate   apply migrations"
+	@echo "make db-start  start the embedded PostgreSQL (.atlas/pgdata); db-stop stops it"
+	@echo "make worker    a Celery worker with embedded beat, alone"
+	@echo "make venv      create $(VENV) and install requirements.txt"
+	@echo "make clean     remove caches and collected static files (keeps $(VENV) and data)"
+
+venv: $(STAMP)
+
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Atlas needs Python >= 3.11; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# Re-install only when requirements.txt is newer than the last install.
+$(STAMP): requirements.txt | $(PY)
+	$(PY) -m pip install --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+run: venv
+	$(ENSURE_DB)
+	$(MANAGE) migrate --noinput
+	$(MANAGE) collectstatic --noinput --verbosity 0
+	$(MANAGE) atlas_demo
+	exec $(PY) -m atlas.devrun
+
+test: venv
+	$(VENV)/bin/ruff check .
+	$(ENSURE_DB)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+migrate: venv
+	$(ENSURE_DB)
+	$(MANAGE) migrate --noinput
+
+db-start: venv
+	$(PY) -m atlas.embedded start
+
+db-stop: venv
+	$(PY) -m atlas.embedded stop
+
+worker: venv
+	$(ENSURE_DB)
+	$(PY) -m celery -A atlas worker -B --loglevel=INFO --schedule .atlas/celerybeat-schedule
+
+clean:
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .coverage htmlcov .atlas/static
