@@ -59,6 +59,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -121,6 +122,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".atlas" / "static"
+# Not the Manifest variant: tests run with DEBUG off and no collectstatic.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # --- Atlas ----------------------------------------------------------------------
 ATLAS_MAX_CONTENT_BYTES = env_int("ATLAS_MAX_CONTENT_BYTES", 1024 * 1024)
@@ -139,6 +145,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        "atlas.api.auth.DevAuthorHeaderAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["atlas.api.LimitedJSONParser"],
@@ -156,6 +163,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "RevisionOpEnum": ["create", "update", "delete"],
+        "BatchOpKindEnum": ["put", "patch", "delete"],
+        "WriteStatusEnum": ["created", "updated", "deleted", "unchanged"],
+        "RoleEnum": ["reader", "writer", "maintainer"],
+    },
 }
 
 # --- Celery -----------------------------------------------------------------------
@@ -188,5 +201,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"pgserver": {"level": "WARNING"}},
+    "loggers": {
+        "pgserver": {"level": "WARNING"},
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }
