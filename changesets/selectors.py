@@ -80,6 +80,10 @@ def changeset_list(
     if branch is not None:
         qs = qs.filter(branch=branch)
     if namespace is not None:
+        if namespaces is not None and namespace not in namespaces:
+            # Filtering by an unreadable namespace must not reveal which
+            # changesets touched it (invariant 8).
+            return []
         qs = qs.filter(namespaces__contains=[namespace])
     if author is not None:
         qs = qs.filter(author_name=author)

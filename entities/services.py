@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import IntegrityError, transaction
+from guardian.core import ObjectPermissionChecker
 from guardian.shortcuts import assign_perm, remove_perm
 
 from atlas.exceptions import Conflict, NotFound, ValidationFailed
@@ -46,8 +47,11 @@ def namespace_update(*, name: str, protected: bool) -> Namespace:
 
 
 @transaction.atomic
-def role_grant(*, namespace: Namespace, principal: AbstractBaseUser | Group, role: str) -> None:
-    """Give ``principal`` exactly ``role`` in ``namespace`` (replacing any other role)."""
+def role_grant(*, namespace: Namespace, principal: AbstractBaseUser | Group, role: str) -> bool:
+    """Give ``principal`` exactly ``role`` in ``namespace`` (replacing any other role).
+
+    Returns True when the principal held no role there before (a new grant).
+    """
     level = ROLE_NAMES.get(role)
     if level is None:
         raise ValidationFailed(
@@ -55,6 +59,8 @@ def role_grant(*, namespace: Namespace, principal: AbstractBaseUser | Group, rol
             errors=[{"pointer": "/role", "detail": "One of reader, writer, maintainer."}],
         )
     wanted = set(ROLE_PERMISSIONS[level])
+    checker = ObjectPermissionChecker(principal)
+    had_role = bool(set(checker.get_perms(namespace)) & set(ALL_PERMISSIONS))
     for codename in ALL_PERMISSIONS:
         if codename in wanted:
             assign_perm(codename, principal, namespace)
@@ -62,6 +68,7 @@ def role_grant(*, namespace: Namespace, principal: AbstractBaseUser | Group, rol
             remove_perm(codename, principal, namespace)
     if isinstance(principal, AbstractBaseUser):
         access.forget_roles(principal)
+    return not had_role
 
 
 @transaction.atomic

@@ -58,6 +58,17 @@ NamespaceSerializer = inline_serializer(
 )
 
 
+GrantSerializer = inline_serializer(
+    "Grant",
+    {
+        "namespace": serializers.CharField(),
+        "principal_type": serializers.CharField(),
+        "principal": serializers.CharField(),
+        "role": serializers.CharField(),
+    },
+)
+
+
 class NamespaceListView(APIView):
     permission_classes = [IsStaffForWrites]
 
@@ -177,15 +188,8 @@ class GrantView(APIView):
             "GrantBody", {"role": serializers.ChoiceField(["reader", "writer", "maintainer"])}
         ),
         responses={
-            200: inline_serializer(
-                "Grant",
-                {
-                    "namespace": serializers.CharField(),
-                    "principal_type": serializers.CharField(),
-                    "principal": serializers.CharField(),
-                    "role": serializers.CharField(),
-                },
-            ),
+            200: GrantSerializer,
+            201: GrantSerializer,
             403: PROBLEM,
             404: PROBLEM,
             422: PROBLEM,
@@ -200,14 +204,15 @@ class GrantView(APIView):
         if "role" in body and body["role"] not in services.ROLE_NAMES:
             errors.add("/role", "One of reader, writer, maintainer.")
         errors.raise_if_any()
-        services.role_grant(namespace=namespace, principal=target, role=body["role"])
+        created = services.role_grant(namespace=namespace, principal=target, role=body["role"])
         return Response(
             {
                 "namespace": namespace.name,
                 "principal_type": principal_type,
                 "principal": principal,
                 "role": body["role"],
-            }
+            },
+            status=201 if created else 200,
         )
 
     @extend_schema(

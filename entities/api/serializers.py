@@ -247,8 +247,10 @@ def parse_delete_by_query(data: Any) -> dict[str, Any]:
     if kind is not None and not v.is_valid_kind(kind):
         errors.add("/kind", v.MSG_KIND)
     prefix = body.get("slug_prefix")
-    if prefix is not None and (not isinstance(prefix, str) or len(prefix) > 200):
-        errors.add("/slug_prefix", "Must be a string of at most 200 characters.")
+    if prefix is not None and (
+        not isinstance(prefix, str) or len(prefix) > 200 or "\x00" in prefix
+    ):
+        errors.add("/slug_prefix", "Must be a string of at most 200 characters, no NUL.")
     errors.raise_if_any()
     return {
         "namespace": body["namespace"],

@@ -159,8 +159,8 @@ class EntityListView(APIView):
             errors.add("/namespace", v.MSG_NAMESPACE)
         if kind is not None and not v.is_valid_kind(kind):
             errors.add("/kind", v.MSG_KIND)
-        if slug_prefix is not None and len(slug_prefix) > 200:
-            errors.add("/slug_prefix", "At most 200 characters.")
+        if slug_prefix is not None and (len(slug_prefix) > 200 or "\x00" in slug_prefix):
+            errors.add("/slug_prefix", "At most 200 characters, no NUL.")
         errors.raise_if_any()
         store = store_for(request)
         limit = paging.page_size(request)
