@@ -33,7 +33,13 @@ from changesets.ops import DeleteOp, IfMatch, OpResult, PatchOp, PutOp, WriteOp,
 from entities import access
 from entities.models import Namespace
 from entities.store import EntityKey, EntityStore, EntityWrite, KeyRaced, StoredEntity
-from entities.validation import content_too_large
+from entities.validation import (
+    MSG_BAD_TEXT,
+    MSG_CONTENT_OBJECT,
+    as_stored,
+    content_too_large,
+    find_nul,
+)
 
 MAX_ATTEMPTS = 5
 # PostgreSQL's codes for "try the whole transaction again".
@@ -126,12 +132,24 @@ def _check_precondition(op: WriteOp, state: _KeyState) -> None:
 
 
 def _checked_content(op: WriteOp, content: Any) -> dict[str, Any]:
-    if not isinstance(content, dict):
-        raise ValidationFailed(
-            "Content must be a JSON object.",
-            pointer=op.pointer,
-            errors=[{"pointer": (op.pointer or "") + "/content", "detail": "Not an object."}],
+    """Validate content whoever built the op (API, import, revert), and normalize
+    it to what jsonb stores, so comparisons and revision images are exact."""
+    where = (op.pointer or "") + "/content"
+
+    def invalid(detail: str, pointer: str) -> ValidationFailed:
+        return ValidationFailed(
+            detail, pointer=op.pointer, errors=[{"pointer": pointer, "detail": detail}]
         )
+
+    if not isinstance(content, dict):
+        raise invalid(MSG_CONTENT_OBJECT, where)
+    bad = find_nul(content)
+    if bad is not None:
+        raise invalid(MSG_BAD_TEXT, where + bad)
+    try:
+        content = as_stored(content)
+    except ValueError as exc:
+        raise invalid(str(exc), where) from exc
     message = content_too_large(content)
     if message:
         raise PayloadTooLarge(message, pointer=op.pointer)
@@ -210,15 +228,17 @@ def _apply_once(
         results.append(OpResult(op.pointer, status, version))
 
     # Fold to one net change per key (invariant 4).
+    unmoved: set[EntityKey] = set()
     creates: list[EntityWrite] = []
     updates: list[EntityWrite] = []
     deletes: list[EntityKey] = []
     revisions: list[Revision] = []
     for key in keys:
         before, after = initial.get(key), state[key]
-        if before is None and not after.exists:
-            continue  # created and deleted in one batch: no trace
-        if before is not None and after.exists and same_content(before.content, after.content):
+        if (before is None and not after.exists) or (
+            before is not None and after.exists and same_content(before.content, after.content)
+        ):
+            unmoved.add(key)  # e.g. created and deleted in one batch: no trace
             continue
         if before is None:
             op_kind = Op.CREATE
@@ -242,6 +262,16 @@ def _apply_once(
                 after_version=after.version if after.exists else None,
             )
         )
+
+    if unmoved:
+        # Ops on a key that ends where it began moved nothing: say so, with the
+        # version the key really has, rather than a version never written.
+        results = [
+            OpResult(r.pointer, "unchanged", initial[op.key].version if op.key in initial else None)
+            if op.key in unmoved
+            else r
+            for op, r in zip(ops, results, strict=True)
+        ]
 
     if not revisions or dry_run:
         return ApplyResult(

@@ -7,6 +7,7 @@ inside services, and the rules must hold for them too (DESIGN invariant 1).
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 import re
 from typing import Any
 
@@ -88,3 +89,31 @@ def find_nul(value: Any) -> str | None:
             for index, child in enumerate(item):
                 stack.append((child, f"{pointer}/{index}", depth + 1))
     return None
+
+
+MSG_NOT_FINITE = "Numbers must be finite (no NaN or Infinity)."
+
+
+def as_stored(value: Any) -> Any:
+    """``value`` as PostgreSQL's ``jsonb`` will give it back.
+
+    jsonb keeps numbers as ``numeric`` with the scale they were written with,
+    so ``1e16`` comes back as the integer ``10000000000000000`` and ``-0.0``
+    as ``0.0``. Normalizing before comparing and storing makes "byte-identical"
+    mean the same thing on both sides of the database (invariant 3), and makes
+    a revision's images exactly what a later read returns. Callers bound the
+    depth first (:func:`find_nul`).
+    """
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(MSG_NOT_FINITE)
+        number = Decimal(repr(value))
+        exponent = number.as_tuple().exponent
+        if isinstance(exponent, int) and exponent >= 0:
+            return int(number)
+        return float(number) or 0.0  # -0.0 is stored as 0.0
+    if isinstance(value, dict):
+        return {key: as_stored(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_stored(item) for item in value]
+    return value
