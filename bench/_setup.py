@@ -34,6 +34,9 @@ def setup() -> None:
     os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + BENCH_DB))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "atlas.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
+    # Post-commit tasks are enqueued (that cost is measured) into a broker no
+    # worker reads, so a benchmark never floods the dev worker's queue.
+    os.environ.setdefault("CELERY_BROKER_URL", "memory://")
     import django
 
     django.setup()
@@ -45,7 +48,11 @@ def setup() -> None:
 def write_section(title: str, body: str) -> None:
     """Replace (or append) one ``## title`` section of docs/benchmarks.md."""
     path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nNumbers from `bench/`; rerun to refresh.\n"
+    text = (
+        path.read_text()
+        if path.exists()
+        else "# Benchmarks\n\nNumbers from `bench/`; rerun to refresh.\n"
+    )
     header = f"## {title}\n"
     start = text.find(header)
     if start == -1:
@@ -53,6 +60,12 @@ def write_section(title: str, body: str) -> None:
     else:
         end = text.find("\n## ", start + len(header))
         end = len(text) if end == -1 else end + 1
-        text = text[:start] + header + body.rstrip("\n") + "\n" + ("\n" + text[end:] if end < len(text) else "")
+        text = (
+            text[:start]
+            + header
+            + body.rstrip("\n")
+            + "\n"
+            + ("\n" + text[end:] if end < len(text) else "")
+        )
     path.parent.mkdir(exist_ok=True)
     path.write_text(text)

@@ -7,8 +7,8 @@ inside services, and the rules must hold for them too (DESIGN invariant 1).
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 import re
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
