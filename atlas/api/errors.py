@@ -71,7 +71,8 @@ def problem_for(exc: Exception) -> atlas.AtlasError | None:
         error = atlas.AtlasError(str(exc.detail))
         error.status = exc.status_code
         error.type = str(exc.default_code).replace("_", "-")
-        error.title = str(exc.default_detail)
+        # default_detail may be a template ('Method "{method}" not allowed.'): use the code.
+        error.title = str(exc.default_code).replace("_", " ").capitalize()
         return error
     if isinstance(exc, Http404):
         return atlas.NotFound("Not found.")

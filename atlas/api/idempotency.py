@@ -128,10 +128,12 @@ def idempotent(handler: Callable[..., Any]) -> Callable[..., Any]:
             if isinstance(response, Response)
             else response.content
         )
+        # An unrendered DRF Response still carries HttpResponse's default
+        # "text/html" header; its real type is the JSON renderer's.
         content_type = (
-            response.content_type
-            if isinstance(response, Response) and response.content_type
-            else response.get("Content-Type", "application/json")
+            (response.content_type or JSONRenderer.media_type)
+            if isinstance(response, Response)
+            else response.get("Content-Type", JSONRenderer.media_type)
         )
         headers = {h: response[h] for h in _REPLAYED_RESPONSE_HEADERS if response.has_header(h)}
         record = IdempotencyRecord(
