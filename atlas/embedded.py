@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
+
+# pgserver's lock directory falls back to /tmp when XDG_RUNTIME_DIR is unset
+# (as under root); that is fine, so keep it quiet.
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("ATLAS_STATE_DIR", BASE_DIR / ".atlas"))
@@ -23,11 +28,6 @@ PGDATA = STATE_DIR / "pgdata"
 
 def database_url() -> str:
     """Start the embedded cluster if needed and return a libpq URL for it."""
-    import warnings
-
-    # pgserver's lock directory falls back to /tmp when XDG_RUNTIME_DIR is
-    # unset (as under root); that is fine, so keep it quiet.
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     import pgserver  # imported lazily: production images need not install it
 
     STATE_DIR.mkdir(parents=True, exist_ok=True)

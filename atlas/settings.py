@@ -121,7 +121,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".atlas" / "static"
+STATIC_ROOT = Path(os.environ.get("ATLAS_STATIC_ROOT", BASE_DIR / ".atlas" / "static"))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on a missing folder
 # Not the Manifest variant: tests run with DEBUG off and no collectstatic.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
