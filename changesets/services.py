@@ -18,6 +18,7 @@ import uuid6
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
 from changesets.models import (
@@ -305,7 +306,7 @@ def _apply_once(
     for revision in revisions:
         revision.changeset = changeset
         revision.seq = seq
-    Revision.objects.bulk_create(revisions, batch_size=2000)
+    _insert_revisions(changeset, revisions)
     if branch == BASELINE:
         JournalEntry.objects.create(changeset=changeset, created_at=at)
         transaction.on_commit(lambda: _publish_after_commit(changeset_id))
@@ -330,6 +331,40 @@ def _draw_seq() -> tuple[int, Any]:
         LogHead.objects.get_or_create(id=1)
         return _draw_seq()
     return row[0], row[1]
+
+
+def _insert_revisions(changeset: Changeset, revisions: Sequence[Revision]) -> None:
+    """Insert all revision rows in one statement from column arrays.
+
+    Several times faster than ``bulk_create`` for large batches: one parameter
+    per column instead of one per cell, and no per-row ORM compilation.
+    """
+
+    def column(name: str) -> list[Any]:
+        return [getattr(r, name) for r in revisions]
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO changesets_revision (changeset_id, seq, branch, namespace, kind, slug,"
+            " op, before, after, before_version, after_version)"
+            " SELECT %s, %s, %s, r.ns, r.kind, r.slug, r.op, r.before, r.after, r.bv, r.av"
+            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[],"
+            " %s::jsonb[], %s::int[], %s::int[])"
+            " WITH ORDINALITY AS r(ns, kind, slug, op, before, after, bv, av, n) ORDER BY r.n",
+            [
+                changeset.id,
+                changeset.seq,
+                changeset.branch,
+                column("namespace"),
+                column("kind"),
+                column("slug"),
+                [str(op) for op in column("op")],
+                [None if r.before is None else Jsonb(r.before) for r in revisions],
+                [None if r.after is None else Jsonb(r.after) for r in revisions],
+                column("before_version"),
+                column("after_version"),
+            ],
+        )
 
 
 def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:

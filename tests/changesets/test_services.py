@@ -242,7 +242,7 @@ def test_a_failure_after_entity_writes_rolls_the_entity_rows_back(
     if fail_at == "draw-seq":
         monkeypatch.setattr(services, "_draw_seq", boom)
     elif fail_at == "revision-insert":
-        monkeypatch.setattr(Revision.objects, "bulk_create", boom)
+        monkeypatch.setattr(services, "_insert_revisions", boom)
     else:
         monkeypatch.setattr(JournalEntry.objects, "create", boom)
 
