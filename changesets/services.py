@@ -368,17 +368,28 @@ def _insert_revisions(changeset: Changeset, revisions: Sequence[Revision]) -> No
 
 
 def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:
-    """The last version each (currently absent) key ever had, from its newest revision."""
+    """The highest version each (currently absent) key ever had, from its history.
+
+    On a branch, the baseline's history counts too: a branch's versions of a
+    key continue the baseline's, so an ETag never names two different states.
+    """
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT k.ns, k.kind, k.slug, r.v"
+            "SELECT k.ns, k.kind, k.slug, GREATEST(b.v, o.v)"
             " FROM unnest(%s::text[], %s::text[], %s::text[]) AS k(ns, kind, slug)"
-            " CROSS JOIN LATERAL ("
+            " LEFT JOIN LATERAL ("
             "   SELECT COALESCE(r.after_version, r.before_version) AS v"
             "   FROM changesets_revision r"
-            "   WHERE r.branch = %s AND r.namespace = k.ns AND r.kind = k.kind"
+            "   WHERE r.branch = '' AND r.namespace = k.ns AND r.kind = k.kind"
             "     AND r.slug = k.slug"
-            "   ORDER BY r.seq DESC LIMIT 1) r",
+            "   ORDER BY r.seq DESC LIMIT 1) b ON TRUE"
+            " LEFT JOIN LATERAL ("
+            "   SELECT COALESCE(r.after_version, r.before_version) AS v"
+            "   FROM changesets_revision r"
+            "   WHERE r.branch = %s AND r.branch <> '' AND r.namespace = k.ns"
+            "     AND r.kind = k.kind AND r.slug = k.slug"
+            "   ORDER BY r.seq DESC LIMIT 1) o ON TRUE"
+            " WHERE b.v IS NOT NULL OR o.v IS NOT NULL",
             [
                 [k.namespace for k in keys],
                 [k.kind for k in keys],
