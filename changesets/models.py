@@ -126,6 +126,13 @@ class Revision(AppendOnlyModel):
             ),
             # The change feed and "everything after seq N".
             models.Index(fields=["seq"], name="revision_seq"),
+            # As-of listings walk the keys that ever existed in key order (one
+            # create row per key life), then seek each key's newest revision.
+            models.Index(
+                fields=["branch", "namespace", "kind", "slug", "seq"],
+                condition=Q(op="create"),
+                name="revision_creates",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
