@@ -129,7 +129,7 @@ class Revision(AppendOnlyModel):
             # As-of listings walk the keys that ever existed in key order (one
             # create row per key life), then seek each key's newest revision.
             models.Index(
-                fields=["branch", "namespace", "kind", "slug", "seq"],
+                fields=["branch", "namespace", "kind", "slug", "-seq"],
                 condition=Q(op="create"),
                 name="revision_creates",
             ),
