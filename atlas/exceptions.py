@@ -79,3 +79,7 @@ class ValidationFailed(AtlasError):
 
 class ServiceUnavailable(AtlasError):
     status, type, title = 503, "service-unavailable", "Service unavailable"
+
+
+class UnsupportedMediaType(AtlasError):
+    status, type, title = 415, "unsupported-media-type", "Unsupported media type"

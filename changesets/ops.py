@@ -59,3 +59,16 @@ def canonical(content: Any) -> str:
 
 def same_content(a: Any, b: Any) -> bool:
     return canonical(a) == canonical(b)
+
+
+def op_repr(op: WriteOp) -> dict[str, Any]:
+    """A put/delete op in the shape of a batch op (how revert and import report theirs)."""
+    body: dict[str, Any] = {
+        "op": "put" if isinstance(op, PutOp) else "patch" if isinstance(op, PatchOp) else "delete",
+        "namespace": op.key.namespace,
+        "kind": op.key.kind,
+        "slug": op.key.slug,
+    }
+    if isinstance(op, PutOp):
+        body["content"] = op.content
+    return body

@@ -8,8 +8,9 @@ entity's history complete (DESIGN invariant 1).
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -65,17 +66,28 @@ class ApplyResult:
     revisions: list[Revision] = field(default_factory=list)
 
 
+Planner = Callable[[Mapping[EntityKey, StoredEntity]], Sequence[WriteOp]]
+
+
 def changeset_apply(
     *,
     store: EntityStore,
     actor: AbstractBaseUser,
-    ops: Sequence[WriteOp],
+    ops: Sequence[WriteOp] = (),
     rpc: Rpc | str,
     comment: str = "",
     dry_run: bool = False,
     check_permissions: bool = True,
+    plan: Planner | None = None,
+    keys: Sequence[EntityKey] = (),
 ) -> ApplyResult:
     """Apply ``ops`` in order as one changeset on ``store``, in one transaction.
+
+    Instead of ``ops``, a caller that must decide its ops from the current
+    state (revert, merge) passes ``keys`` and ``plan``: ``plan`` is called with
+    the locked rows of ``keys`` (absent keys missing from the mapping) inside
+    the transaction, and returns the ops, or raises to refuse. Deciding under
+    the lock is what makes "nothing moved since" checks race-free.
 
     Why it is shaped this way:
 
@@ -101,6 +113,8 @@ def changeset_apply(
                     store=store,
                     actor=actor,
                     ops=ops,
+                    plan=plan,
+                    plan_keys=keys,
                     rpc=str(rpc),
                     comment=comment,
                     dry_run=dry_run,
@@ -162,18 +176,21 @@ def _apply_once(
     store: EntityStore,
     actor: AbstractBaseUser,
     ops: Sequence[WriteOp],
+    plan: Planner | None,
+    plan_keys: Sequence[EntityKey],
     rpc: str,
     comment: str,
     dry_run: bool,
     check_permissions: bool,
 ) -> ApplyResult:
     branch = store.branch
-    keys = list(dict.fromkeys(op.key for op in ops))  # first-touch order
+    touched = [(k, None) for k in plan_keys] if plan else [(op.key, op.pointer) for op in ops]
+    keys = list(dict.fromkeys(k for k, _ in touched))  # first-touch order
 
     # Namespaces must exist (staff create them) and be writable by the actor.
     first_pointer: dict[str, str | None] = {}
-    for op in ops:
-        first_pointer.setdefault(op.key.namespace, op.pointer)
+    for key, pointer in touched:
+        first_pointer.setdefault(key.namespace, pointer)
     namespaces = {ns.name: ns for ns in Namespace.objects.filter(name__in=list(first_pointer))}
     for name, pointer in first_pointer.items():
         if name not in namespaces:
@@ -182,6 +199,11 @@ def _apply_once(
         access.require_write(actor, namespaces, branch=branch, pointers=first_pointer)
 
     initial = store.lock(keys)
+    if plan is not None:
+        ops = list(plan(initial))
+        stray = {op.key for op in ops} - set(keys)
+        if stray:
+            raise AssertionError(f"plan touched keys it did not lock: {sorted(stray)}")
     missing = [k for k in keys if k not in initial]
     last_versions = _last_versions(branch, missing) if missing else {}
 
@@ -288,7 +310,7 @@ def _apply_once(
     store.apply(
         changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
     )
-    seq, at = _draw_seq()
+    seq, at = _draw_seq(now)
     changeset = Changeset(
         id=changeset_id,
         seq=seq,
@@ -318,18 +340,23 @@ def _apply_once(
     )
 
 
-def _draw_seq() -> tuple[int, Any]:
-    """Take the log head's lock and the next seq; must be the last lock taken."""
+def _draw_seq(now: datetime) -> tuple[int, datetime]:
+    """Take the log head's lock and the next seq; must be the last lock taken.
+
+    ``at`` is ``now`` (the time the entity rows carry) unless a changeset that
+    committed first had a later clock reading; then it is that one, so ``at``
+    never runs backwards in seq order and ``as_of_time`` is well defined.
+    """
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE changesets_loghead SET seq = seq + 1,"
-            " at = GREATEST(clock_timestamp(), COALESCE(at, clock_timestamp()))"
-            " WHERE id = 1 RETURNING seq, at"
+            "UPDATE changesets_loghead SET seq = seq + 1, at = GREATEST(%s, COALESCE(at, %s))"
+            " WHERE id = 1 RETURNING seq, at",
+            [now, now],
         )
         row = cursor.fetchone()
     if row is None:  # the migration creates the row; recreate it if someone removed it
         LogHead.objects.get_or_create(id=1)
-        return _draw_seq()
+        return _draw_seq(now)
     return row[0], row[1]
 
 

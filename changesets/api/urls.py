@@ -1,9 +1,11 @@
 from django.urls import path
 
-from changesets.api import views
+from changesets.api import actions, views
 
 urlpatterns = [
     path("changesets", views.ChangesetListView.as_view(), name="changeset-list"),
+    # Before <changeset_id>, so "import" is never taken for an id.
+    path("changesets/import", actions.ImportView.as_view(), name="changeset-import"),
     path(
         "changesets/<str:changeset_id>",
         views.ChangesetDetailView.as_view(),
@@ -13,5 +15,15 @@ urlpatterns = [
         "changesets/<str:changeset_id>/revisions",
         views.ChangesetRevisionsView.as_view(),
         name="changeset-revisions",
+    ),
+    path(
+        "changesets/<str:changeset_id>/revert",
+        actions.RevertView.as_view(),
+        name="changeset-revert",
+    ),
+    path(
+        "changesets/<str:changeset_id>/export",
+        actions.ExportView.as_view(),
+        name="changeset-export",
     ),
 ]

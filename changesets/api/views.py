@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import uuid
 from datetime import datetime
 
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
@@ -15,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from atlas.api import paging
+from atlas.api.render import parse_rfc3339
 from atlas.exceptions import BadRequest, NotFound, ValidationFailed
 from changesets.api.serializers import (
     ChangesetPageSerializer,
@@ -30,23 +29,14 @@ from entities import validation as v
 
 PROBLEM = OpenApiTypes.OBJECT
 _FILTERS = ("branch", "namespace", "author", "rpc", "since", "until")
-# RFC 3339 date-time: full date, time with seconds, and a mandatory offset.
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})\Z"
-)
 
 
 def _timestamp(request: Request, name: str, errors: list[dict[str, str]]) -> datetime | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        # parse_datetime raises ValueError for well-formed but impossible values
-        # (month 13); bad input must be a 422, never a 500.
-        value = parse_datetime(raw.upper()) if _RFC3339.match(raw) else None
-    except ValueError:
-        value = None
-    if value is None or value.tzinfo is None:
+    value = parse_rfc3339(raw)
+    if value is None:
         errors.append(
             {"pointer": f"/{name}", "detail": "Must be an RFC 3339 timestamp with offset."}
         )

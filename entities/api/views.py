@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -17,14 +19,16 @@ from rest_framework.views import APIView
 from atlas.api import paging
 from atlas.api.branch import BRANCH_HEADER, store_for
 from atlas.api.idempotency import idempotent
-from atlas.exceptions import NotFound, PayloadTooLarge, ValidationFailed
+from atlas.api.render import parse_rfc3339, rfc3339
+from atlas.exceptions import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
+from changesets import asof
 from changesets.api.serializers import (
     ChangesetSerializer,
     RevisionPageSerializer,
     changeset_repr,
     revision_repr,
 )
-from changesets.models import Rpc
+from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, IfMatch, PatchOp, PutOp
 from changesets.selectors import entity_has_history, entity_history
 from changesets.services import ApplyResult, changeset_apply
@@ -32,7 +36,7 @@ from entities import access
 from entities import validation as v
 from entities.api import serializers as s
 from entities.models import Namespace
-from entities.store import EntityKey
+from entities.store import EntityKey, EntityStore
 
 BRANCH_PARAM = OpenApiParameter(
     BRANCH_HEADER,
@@ -130,6 +134,70 @@ def write_response(result: ApplyResult, key: EntityKey) -> Response:
     return response
 
 
+AS_OF_PARAMS = [
+    OpenApiParameter(
+        "as_of",
+        OpenApiTypes.UUID,
+        description="Read the baseline as it stood right after this changeset.",
+    ),
+    OpenApiParameter(
+        "as_of_time",
+        OpenApiTypes.DATETIME,
+        description="Read the baseline as of the newest changeset at or before this time.",
+    ),
+]
+
+
+def resolve_as_of(request: Request, store: EntityStore) -> Changeset | None:
+    """The changeset an as-of read is pinned to, or None for a live read."""
+    raw_id = request.query_params.get("as_of")
+    raw_time = request.query_params.get("as_of_time")
+    if not raw_id and not raw_time:
+        return None
+    if raw_id and raw_time:
+        raise ValidationFailed(
+            "Give as_of or as_of_time, not both.",
+            errors=[{"pointer": "/as_of_time", "detail": "Conflicts with as_of."}],
+        )
+    if store.branch:
+        raise BadRequest(
+            "As-of reads are baseline only; drop the branch header.",
+            pointer=f"/headers/{BRANCH_HEADER}",
+        )
+    namespaces = access.readable_namespaces(request.user)
+    if raw_id:
+        try:
+            uuid.UUID(raw_id)
+        except ValueError as exc:
+            raise ValidationFailed(
+                "as_of must be a changeset id (UUID).",
+                errors=[{"pointer": "/as_of", "detail": "Not a UUID."}],
+            ) from exc
+        changeset = asof.as_of_changeset(changeset_id=raw_id, namespaces=namespaces)
+        if changeset is None:
+            raise NotFound("No such changeset.", pointer="/as_of")
+        if changeset.branch:
+            raise BadRequest(
+                "As-of reads are baseline only; that changeset landed on a branch.",
+                pointer="/as_of",
+            )
+        return changeset
+    at = parse_rfc3339(raw_time or "")
+    if at is None:
+        raise ValidationFailed(
+            "as_of_time must be an RFC 3339 timestamp with offset.",
+            errors=[{"pointer": "/as_of_time", "detail": "Not an RFC 3339 timestamp."}],
+        )
+    changeset = asof.as_of_time(at=at, namespaces=namespaces)
+    if changeset is None:
+        raise NotFound("No changeset at or before that time.", pointer="/as_of_time")
+    return changeset
+
+
+def as_of_repr(changeset: Changeset) -> dict[str, Any]:
+    return {"changeset_id": str(changeset.id), "seq": changeset.seq, "at": rfc3339(changeset.at)}
+
+
 def _filters_digest(parts: list[Any]) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
@@ -143,13 +211,15 @@ class EntityListView(APIView):
             OpenApiParameter("kind", OpenApiTypes.STR),
             OpenApiParameter("slug_prefix", OpenApiTypes.STR),
             *PAGE_PARAMS,
+            *AS_OF_PARAMS,
             BRANCH_PARAM,
         ],
         responses={200: s.EntityPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     def get(self, request: Request) -> Response:
         paging.check_known_params(
-            request, {"namespace", "kind", "slug_prefix", "page_size", "page_token"}
+            request,
+            {"namespace", "kind", "slug_prefix", "page_size", "page_token", "as_of", "as_of_time"},
         )
         namespace = request.query_params.get("namespace") or None
         kind = request.query_params.get("kind") or None
@@ -163,15 +233,19 @@ class EntityListView(APIView):
             errors.add("/slug_prefix", "At most 200 characters, no NUL.")
         errors.raise_if_any()
         store = store_for(request)
+        pinned = resolve_as_of(request, store)
         limit = paging.page_size(request)
-        digest = _filters_digest([store.branch, namespace, kind, slug_prefix])
+        digest = _filters_digest(
+            [store.branch, namespace, kind, slug_prefix, pinned.seq if pinned else None]
+        )
         position = paging.page_position("entities", request)
         after = None
         if position is not None:
             if position.get("f") != digest or not isinstance(position.get("k"), list):
                 raise paging.BadRequest("The page token belongs to another listing.")
             after = EntityKey(*position["k"])
-        rows = store.list(
+        read = functools.partial(asof.entities_as_of, seq=pinned.seq) if pinned else store.list
+        rows = read(
             namespaces=access.readable_namespaces(request.user),
             namespace=namespace,
             kind=kind,
@@ -186,26 +260,31 @@ class EntityListView(APIView):
             next_token = paging.encode_token(
                 "entities", request, {"k": [last.namespace, last.kind, last.slug], "f": digest}
             )
-        return Response(
-            {"results": [s.entity_repr(e) for e in rows], "next_page_token": next_token}
-        )
+        body: dict[str, Any] = {
+            "results": [s.entity_repr(e) for e in rows],
+            "next_page_token": next_token,
+        }
+        if pinned:
+            body["as_of"] = as_of_repr(pinned)
+        return Response(body)
 
 
 class EntityDetailView(APIView):
     @extend_schema(
         operation_id="entities_get",
         summary="One entity (ETag = version)",
-        parameters=[BRANCH_PARAM, IF_NONE_MATCH_PARAM],
-        responses={200: s.EntitySerializer, 304: None, 404: PROBLEM},
+        parameters=[BRANCH_PARAM, IF_NONE_MATCH_PARAM, *AS_OF_PARAMS],
+        responses={200: s.EntitySerializer, 304: None, 400: PROBLEM, 404: PROBLEM},
     )
     def get(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
-        paging.check_known_params(request, set())
+        paging.check_known_params(request, {"as_of", "as_of_time"})
         key = path_key(namespace, kind, slug)
         store = store_for(request)
+        pinned = resolve_as_of(request, store)
         require_readable(request, namespace)
-        entity = store.get(key)
+        entity = asof.entity_as_of(seq=pinned.seq, key=key) if pinned else store.get(key)
         if entity is None:
-            raise NotFound("No such entity.")
+            raise NotFound("No such entity." if not pinned else "No such entity at that point.")
         tag = s.etag(entity.version)
         inm = request.headers.get("If-None-Match")
         if inm and (
@@ -213,7 +292,10 @@ class EntityDetailView(APIView):
         ):
             response = Response(status=304)
         else:
-            response = Response(s.entity_repr(entity))
+            body = s.entity_repr(entity)
+            if pinned:
+                body["as_of"] = as_of_repr(pinned)
+            response = Response(body)
         response["ETag"] = tag
         return response
 

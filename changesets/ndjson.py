@@ -1,0 +1,247 @@
+"""NDJSON changeset files: export, strict parsing, and import as a new changeset.
+
+Line 1 is the envelope, then one line per op in order (API.md). Parsing is
+strict, in the spirit of a typed artifact: an unknown or missing key, a wrong
+``schema_version``, malformed JSON, a non-object image or an op whose images
+contradict it fails the whole file, naming the line (``/line/<n>``, 1-based).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from atlas.api.render import parse_rfc3339, rfc3339
+from changesets.exceptions import ImportConflict, NdjsonError
+from changesets.models import Changeset, Revision, Rpc
+from changesets.ops import DeleteOp, PutOp, WriteOp, op_repr, same_content
+from changesets.services import ApplyResult, changeset_apply
+from entities import validation as v
+from entities.store import EntityKey, EntityStore, StoredEntity
+
+SCHEMA_VERSION = 1
+ENVELOPE_KEYS = {"schema_version", "changeset_id", "author", "at", "rpc", "branch", "comment"}
+OP_KEYS = {"op", "namespace", "kind", "slug", "before", "after"}
+MEDIA_TYPE = "application/x-ndjson"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def export_lines(changeset: Changeset, revisions: list[Revision]) -> Iterator[str]:
+    """The changeset as NDJSON lines (each ending in a newline)."""
+    yield _dumps(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "changeset_id": str(changeset.id),
+            "author": changeset.author_name,
+            "at": rfc3339(changeset.at),
+            "rpc": changeset.rpc,
+            "branch": changeset.branch,
+            "comment": changeset.comment,
+        }
+    ) + "\n"
+    for revision in revisions:
+        yield _dumps(
+            {
+                "op": revision.op,
+                "namespace": revision.namespace,
+                "kind": revision.kind,
+                "slug": revision.slug,
+                "before": revision.before,
+                "after": revision.after,
+            }
+        ) + "\n"
+
+
+@dataclass(frozen=True)
+class FileOp:
+    line: int
+    op: str
+    key: EntityKey
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ChangesetFile:
+    envelope: dict[str, Any]
+    ops: list[FileOp]
+
+
+def _fail(line: int, detail: str) -> NdjsonError:
+    return NdjsonError(f"Line {line}: {detail}", pointer=f"/line/{line}")
+
+
+def _keys(obj: dict[str, Any], expected: set[str], line: int) -> None:
+    unknown = sorted(set(obj) - expected)
+    missing = sorted(expected - set(obj))
+    if unknown:
+        raise _fail(line, f"unknown key(s): {', '.join(unknown)}.")
+    if missing:
+        raise _fail(line, f"missing key(s): {', '.join(missing)}.")
+
+
+def _image(value: Any, line: int, name: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail(line, f"{name} must be an object or null.")
+    bad = v.find_nul(value)
+    if bad is not None:
+        raise _fail(line, f"{name}{bad}: {v.MSG_BAD_TEXT}")
+    return value
+
+
+def parse(text: str | bytes) -> ChangesetFile:
+    """Parse and check a whole file; raise :class:`NdjsonError` at the first bad line."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(1, "the file is not UTF-8.") from exc
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    if not lines:
+        raise _fail(1, "the file is empty; line 1 must be the envelope.")
+    parsed: list[dict[str, Any]] = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            obj = json.loads(raw, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            raise _fail(number, f"malformed JSON ({exc}).") from exc
+        if not isinstance(obj, dict):
+            raise _fail(number, "each line must be a JSON object.")
+        parsed.append(obj)
+    envelope = parsed[0]
+    _keys(envelope, ENVELOPE_KEYS, 1)
+    if envelope["schema_version"] != SCHEMA_VERSION or isinstance(
+        envelope["schema_version"], bool
+    ):
+        raise _fail(1, f"schema_version must be {SCHEMA_VERSION}.")
+    for name in ("changeset_id", "author", "at", "rpc", "branch", "comment"):
+        if not isinstance(envelope[name], str):
+            raise _fail(1, f"{name} must be a string.")
+    try:
+        uuid.UUID(envelope["changeset_id"])
+    except ValueError as exc:
+        raise _fail(1, "changeset_id must be a UUID.") from exc
+    if parse_rfc3339(envelope["at"]) is None:
+        raise _fail(1, "at must be an RFC 3339 timestamp.")
+    if envelope["rpc"] not in Rpc.values:
+        raise _fail(1, f"rpc must be one of {', '.join(Rpc.values)}.")
+    ops: list[FileOp] = []
+    for number, obj in enumerate(parsed[1:], start=2):
+        _keys(obj, OP_KEYS, number)
+        if obj["op"] not in ("create", "update", "delete"):
+            raise _fail(number, 'op must be "create", "update" or "delete".')
+        if not v.is_valid_namespace(obj["namespace"]):
+            raise _fail(number, v.MSG_NAMESPACE)
+        if not v.is_valid_kind(obj["kind"]):
+            raise _fail(number, v.MSG_KIND)
+        if not v.is_valid_slug(obj["slug"]):
+            raise _fail(number, v.MSG_SLUG)
+        before = _image(obj["before"], number, "before")
+        after = _image(obj["after"], number, "after")
+        shape = {"create": (False, True), "update": (True, True), "delete": (True, False)}
+        if ((before is not None), (after is not None)) != shape[obj["op"]]:
+            raise _fail(
+                number,
+                f"a {obj['op']} needs before {'object' if shape[obj['op']][0] else 'null'}"
+                f" and after {'object' if shape[obj['op']][1] else 'null'}.",
+            )
+        key = EntityKey(obj["namespace"], obj["kind"], obj["slug"])
+        ops.append(FileOp(number, obj["op"], key, before, after))
+    return ChangesetFile(envelope, ops)
+
+
+def _reject_constant(value: str) -> Any:
+    raise ValueError(f"{value} is not valid JSON")
+
+
+@dataclass
+class ImportResult:
+    changeset: Changeset | None
+    ops: list[dict[str, Any]]
+    dry_run: bool
+    applied: ApplyResult | None = None
+
+
+def changeset_import(
+    *,
+    store: EntityStore,
+    actor: AbstractBaseUser,
+    document: ChangesetFile,
+    dry_run: bool = False,
+    comment: str | None = None,
+    check_permissions: bool = True,
+) -> ImportResult:
+    """Apply a parsed file as one new changeset (rpc ``ImportChangeset``).
+
+    Each op's ``before`` must equal the entity's current content (null: it
+    must not exist), judged under the write service's locks and in file
+    order, so a file that repeats a key sees its own earlier ops. Any
+    mismatch refuses the whole file (409, ``preimage_mismatch``).
+    """
+    keys = list(dict.fromkeys(op.key for op in document.ops))
+    planned: list[WriteOp] = []
+
+    def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
+        state: dict[EntityKey, dict[str, Any] | None] = {
+            k: (current[k].content if k in current else None) for k in keys
+        }
+        conflicts: list[dict[str, Any]] = []
+        ops: list[WriteOp] = []
+        for op in document.ops:
+            now = state[op.key]
+            matches = (now is None and op.before is None) or (
+                now is not None and op.before is not None and same_content(now, op.before)
+            )
+            if not matches:
+                conflicts.append(
+                    {
+                        "namespace": op.key.namespace,
+                        "kind": op.key.kind,
+                        "slug": op.key.slug,
+                        "reason": "preimage_mismatch",
+                        "line": op.line,
+                    }
+                )
+            pointer = f"/line/{op.line}"
+            ops.append(
+                DeleteOp(op.key, pointer=pointer)
+                if op.after is None
+                else PutOp(op.key, op.after, pointer=pointer)
+            )
+            state[op.key] = op.after
+        if conflicts:
+            raise ImportConflict(
+                f"{len(conflicts)} op(s) expect a state the store no longer holds.",
+                conflicts=conflicts,
+            )
+        planned[:] = ops
+        return ops
+
+    result = changeset_apply(
+        store=store,
+        actor=actor,
+        rpc=Rpc.IMPORT_CHANGESET,
+        comment=document.envelope["comment"] if comment is None else comment,
+        dry_run=dry_run,
+        keys=keys,
+        plan=plan,
+        check_permissions=check_permissions,
+    )
+    return ImportResult(
+        changeset=result.changeset,
+        ops=[op_repr(op) for op in planned],
+        dry_run=dry_run,
+        applied=result,
+    )

@@ -1,0 +1,129 @@
+"""Revert: undo a changeset as a new, forward changeset (never a rewind)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from atlas.exceptions import NotFound, PermissionDenied
+from changesets.exceptions import RevertConflict
+from changesets.models import BASELINE, Changeset, Revision, Rpc
+from changesets.ops import DeleteOp, PutOp, WriteOp, op_repr, same_content
+from changesets.services import ApplyResult, changeset_apply
+from entities import access
+from entities.store import EntityKey, EntityStore, StoredEntity
+
+
+@dataclass
+class RevertResult:
+    changeset: Changeset | None
+    ops: list[dict[str, Any]]
+    dry_run: bool
+    applied: ApplyResult | None = None
+
+
+def _key(revision: Revision) -> EntityKey:
+    return EntityKey(revision.namespace, revision.kind, revision.slug)
+
+
+def _last_writer(key: EntityKey, store: EntityStore) -> str | None:
+    """The changeset that last changed ``key`` as seen from ``store`` (for a conflict report)."""
+    branches = [store.branch] if store.branch == BASELINE else [store.branch, BASELINE]
+    newest = (
+        Revision.objects.filter(
+            branch__in=branches, namespace=key.namespace, kind=key.kind, slug=key.slug
+        )
+        .order_by("-seq")
+        .values_list("changeset_id", flat=True)
+        .first()
+    )
+    return str(newest) if newest else None
+
+
+def changeset_revert(
+    *,
+    store: EntityStore,
+    actor: AbstractBaseUser,
+    changeset_id: str,
+    dry_run: bool = False,
+    comment: str = "",
+) -> RevertResult:
+    """Write the inverse of a changeset as one new changeset (rpc ``RevertChangeset``).
+
+    1. Pre-images come from the original changeset's revision rows, whatever
+       store the undo lands in (baseline, or a branch staging it).
+    2. Under the write service's row locks, each entity must still hold what
+       the changeset left (its ``after``); one already back at its ``before``
+       is skipped; anything else "moved on" and the whole revert is refused
+       with every such entity listed. Nothing is written unless all apply.
+    3. Ops unwind newest first: ``before`` present → put it back; ``before``
+       null (the changeset created it) → delete.
+    """
+    changeset = Changeset.objects.filter(pk=changeset_id).first()
+    if changeset is None:
+        raise NotFound("No such changeset.")
+    revisions = list(Revision.objects.filter(changeset=changeset).order_by("-id"))
+    if any(not access.can_read(actor, r.namespace) for r in revisions):
+        # Part of it is invisible to the caller: they cannot undo what they cannot see.
+        raise PermissionDenied("This changeset touches namespaces you cannot write.")
+    keys = [_key(r) for r in revisions]
+    planned: list[WriteOp] = []
+
+    def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
+        ops: list[WriteOp] = []
+        conflicts: list[dict[str, Any]] = []
+        for revision in revisions:
+            key = _key(revision)
+            now = current.get(key)
+            now_content = now.content if now is not None else None
+            if _holds(now_content, revision.before):
+                continue  # already back at the pre-image
+            if not _holds(now_content, revision.after):
+                newer = str(now.changeset_id) if now is not None else _last_writer(key, store)
+                conflicts.append(
+                    {
+                        "namespace": key.namespace,
+                        "kind": key.kind,
+                        "slug": key.slug,
+                        "reason": "moved_on",
+                        "newer_changeset_id": newer,
+                    }
+                )
+                continue
+            if revision.before is None:
+                ops.append(DeleteOp(key))
+            else:
+                ops.append(PutOp(key, revision.before))
+        if conflicts:
+            raise RevertConflict(
+                f"{len(conflicts)} entit{'y has' if len(conflicts) == 1 else 'ies have'} moved on"
+                " since this changeset; revert the newer changesets first.",
+                conflicts=conflicts,
+            )
+        planned[:] = ops
+        return ops
+
+    result = changeset_apply(
+        store=store,
+        actor=actor,
+        rpc=Rpc.REVERT_CHANGESET,
+        comment=comment,
+        dry_run=dry_run,
+        keys=keys,
+        plan=plan,
+    )
+    return RevertResult(
+        changeset=result.changeset,
+        ops=[op_repr(op) for op in planned],
+        dry_run=dry_run,
+        applied=result,
+    )
+
+
+def _holds(current: dict[str, Any] | None, image: dict[str, Any] | None) -> bool:
+    if current is None or image is None:
+        return current is None and image is None
+    return same_content(current, image)
