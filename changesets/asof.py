@@ -11,8 +11,11 @@ depend on how far back X is:
    changeset's time is the entity's ``created_at``.
 2. For each such key, seek its newest revision at or before X on
    ``revision_history``. A delete there means the key was absent at X.
-3. Walk in batches of the page size (plus slack) until the page is full, so
-   keys deleted at X cost another batch, never a scan of everything.
+3. Walk in batches of the page size (plus slack) until the page is full;
+   each further batch is four times larger, so a long run of keys deleted at
+   X costs a few round trips, never a scan of everything. (A single statement
+   with the LIMIT outside the walk lets the planner join every key first and
+   sort afterwards: ten times slower on the benchmark.)
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ def entities_as_of(
         if len(out) >= limit or len(rows) < batch:
             return out[:limit]
         after = EntityKey(rows[-1][0], rows[-1][1], rows[-1][2])
+        batch *= 4  # a run of deleted keys costs O(log n) round trips
 
 
 def entity_as_of(*, seq: int, key: EntityKey) -> StoredEntity | None:

@@ -36,28 +36,34 @@ def _dumps(value: Any) -> str:
 
 def export_lines(changeset: Changeset, revisions: list[Revision]) -> Iterator[str]:
     """The changeset as NDJSON lines (each ending in a newline)."""
-    yield _dumps(
-        {
-            "schema_version": SCHEMA_VERSION,
-            "changeset_id": str(changeset.id),
-            "author": changeset.author_name,
-            "at": rfc3339(changeset.at),
-            "rpc": changeset.rpc,
-            "branch": changeset.branch,
-            "comment": changeset.comment,
-        }
-    ) + "\n"
-    for revision in revisions:
-        yield _dumps(
+    yield (
+        _dumps(
             {
-                "op": revision.op,
-                "namespace": revision.namespace,
-                "kind": revision.kind,
-                "slug": revision.slug,
-                "before": revision.before,
-                "after": revision.after,
+                "schema_version": SCHEMA_VERSION,
+                "changeset_id": str(changeset.id),
+                "author": changeset.author_name,
+                "at": rfc3339(changeset.at),
+                "rpc": changeset.rpc,
+                "branch": changeset.branch,
+                "comment": changeset.comment,
             }
-        ) + "\n"
+        )
+        + "\n"
+    )
+    for revision in revisions:
+        yield (
+            _dumps(
+                {
+                    "op": revision.op,
+                    "namespace": revision.namespace,
+                    "kind": revision.kind,
+                    "slug": revision.slug,
+                    "before": revision.before,
+                    "after": revision.after,
+                }
+            )
+            + "\n"
+        )
 
 
 @dataclass(frozen=True)
@@ -100,31 +106,48 @@ def _image(value: Any, line: int, name: str) -> dict[str, Any] | None:
 
 
 def parse(text: str | bytes) -> ChangesetFile:
-    """Parse and check a whole file; raise :class:`NdjsonError` at the first bad line."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _fail(1, "the file is not UTF-8.") from exc
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
+    """Parse and check a whole file; raise :class:`NdjsonError` at the first bad line.
+
+    Lines are checked one by one in file order (decoding included), so the
+    error names the first line that is wrong, whatever is wrong with later ones.
+    """
+    lines: list[str] | list[bytes] = (
+        text.split(b"\n") if isinstance(text, bytes) else text.split("\n")
+    )
+    if lines and not lines[-1]:
         lines.pop()  # the final newline
     if not lines:
         raise _fail(1, "the file is empty; line 1 must be the envelope.")
-    parsed: list[dict[str, Any]] = []
+    envelope: dict[str, Any] = {}
+    ops: list[FileOp] = []
     for number, raw in enumerate(lines, start=1):
+        obj = _load_line(raw, number)
+        if number == 1:
+            envelope = _check_envelope(obj)
+        else:
+            ops.append(_check_op(obj, number))
+    return ChangesetFile(envelope, ops)
+
+
+def _load_line(raw: str | bytes, number: int) -> dict[str, Any]:
+    if isinstance(raw, bytes):
         try:
-            obj = json.loads(raw, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise _fail(number, f"malformed JSON ({exc}).") from exc
-        if not isinstance(obj, dict):
-            raise _fail(number, "each line must be a JSON object.")
-        parsed.append(obj)
-    envelope = parsed[0]
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(number, "the line is not UTF-8.") from exc
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise _fail(number, f"malformed JSON ({exc}).") from exc
+    if not isinstance(obj, dict):
+        raise _fail(number, "each line must be a JSON object.")
+    return obj
+
+
+def _check_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
     _keys(envelope, ENVELOPE_KEYS, 1)
-    if envelope["schema_version"] != SCHEMA_VERSION or isinstance(
-        envelope["schema_version"], bool
-    ):
+    # type(), not ==: JSON's 1.0 and true are not the integer 1, whatever Python says.
+    if type(envelope["schema_version"]) is not int or envelope["schema_version"] != SCHEMA_VERSION:
         raise _fail(1, f"schema_version must be {SCHEMA_VERSION}.")
     for name in ("changeset_id", "author", "at", "rpc", "branch", "comment"):
         if not isinstance(envelope[name], str):
@@ -137,29 +160,33 @@ def parse(text: str | bytes) -> ChangesetFile:
         raise _fail(1, "at must be an RFC 3339 timestamp.")
     if envelope["rpc"] not in Rpc.values:
         raise _fail(1, f"rpc must be one of {', '.join(Rpc.values)}.")
-    ops: list[FileOp] = []
-    for number, obj in enumerate(parsed[1:], start=2):
-        _keys(obj, OP_KEYS, number)
-        if obj["op"] not in ("create", "update", "delete"):
-            raise _fail(number, 'op must be "create", "update" or "delete".')
-        if not v.is_valid_namespace(obj["namespace"]):
-            raise _fail(number, v.MSG_NAMESPACE)
-        if not v.is_valid_kind(obj["kind"]):
-            raise _fail(number, v.MSG_KIND)
-        if not v.is_valid_slug(obj["slug"]):
-            raise _fail(number, v.MSG_SLUG)
-        before = _image(obj["before"], number, "before")
-        after = _image(obj["after"], number, "after")
-        shape = {"create": (False, True), "update": (True, True), "delete": (True, False)}
-        if ((before is not None), (after is not None)) != shape[obj["op"]]:
-            raise _fail(
-                number,
-                f"a {obj['op']} needs before {'object' if shape[obj['op']][0] else 'null'}"
-                f" and after {'object' if shape[obj['op']][1] else 'null'}.",
-            )
-        key = EntityKey(obj["namespace"], obj["kind"], obj["slug"])
-        ops.append(FileOp(number, obj["op"], key, before, after))
-    return ChangesetFile(envelope, ops)
+    return envelope
+
+
+_SHAPES = {"create": (False, True), "update": (True, True), "delete": (True, False)}
+
+
+def _check_op(obj: dict[str, Any], number: int) -> FileOp:
+    _keys(obj, OP_KEYS, number)
+    if obj["op"] not in _SHAPES:
+        raise _fail(number, 'op must be "create", "update" or "delete".')
+    if not v.is_valid_namespace(obj["namespace"]):
+        raise _fail(number, v.MSG_NAMESPACE)
+    if not v.is_valid_kind(obj["kind"]):
+        raise _fail(number, v.MSG_KIND)
+    if not v.is_valid_slug(obj["slug"]):
+        raise _fail(number, v.MSG_SLUG)
+    before = _image(obj["before"], number, "before")
+    after = _image(obj["after"], number, "after")
+    shape = _SHAPES[obj["op"]]
+    if ((before is not None), (after is not None)) != shape:
+        raise _fail(
+            number,
+            f"a {obj['op']} needs before {'object' if shape[0] else 'null'}"
+            f" and after {'object' if shape[1] else 'null'}.",
+        )
+    key = EntityKey(obj["namespace"], obj["kind"], obj["slug"])
+    return FileOp(number, obj["op"], key, before, after)
 
 
 def _reject_constant(value: str) -> Any:
