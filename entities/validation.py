@@ -31,7 +31,7 @@ def is_valid_namespace(value: object) -> bool:
     return (
         isinstance(value, str)
         and len(value) <= NAMESPACE_MAX_LENGTH
-        and NAMESPACE_RE.match(value) is not None
+        and NAMESPACE_RE.fullmatch(value) is not None
     )
 
 
@@ -39,12 +39,12 @@ def is_valid_kind(value: object) -> bool:
     return (
         isinstance(value, str)
         and len(value) <= KIND_MAX_LENGTH
-        and KIND_RE.match(value) is not None
+        and KIND_RE.fullmatch(value) is not None
     )
 
 
 def is_valid_slug(value: object) -> bool:
-    return isinstance(value, str) and SLUG_RE.match(value) is not None
+    return isinstance(value, str) and SLUG_RE.fullmatch(value) is not None
 
 
 def encoded_size(content: Any) -> int:

@@ -31,7 +31,7 @@ class DevAuthorHeaderAuthentication(BaseAuthentication):
         name = request.headers.get(HEADER)
         if not name:
             return None
-        if not SLUG_RE.match(name) or len(name) > 150:
+        if not SLUG_RE.fullmatch(name) or len(name) > 150:
             raise AuthenticationFailed(f"{HEADER} must be a plain user name.")
         user, _ = get_user_model().objects.get_or_create(username=name)
         if not user.is_active:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rest_framework.request import Request
 
 from atlas.exceptions import NotFound
+from branches.selectors import branch_get
+from branches.store import BranchStore
 from entities.store import EntityStore, baseline
 
 BRANCH_HEADER = "X-Atlas-Branch"
@@ -17,10 +19,16 @@ def branch_name(request: Request) -> str:
 def store_for(request: Request) -> EntityStore:
     """The baseline store, or the named branch's overlay (404 when unknown or invisible).
 
-    Branch overlays arrive with the branches issue; until then every named
-    branch is unknown.
+    Header absent (or empty) = baseline. A branch is visible to its creator,
+    to staff, and to readers of any namespace it has written; an invalid
+    name, a missing branch and an invisible one all answer the same 404, with
+    the header as the pointer. Closed (merged, abandoned) branches resolve
+    too: reads work, writes are refused with 409 by the store.
     """
     name = branch_name(request)
     if not name:
         return baseline
-    raise NotFound(f"Branch {name!r} not found.", pointer=f"/headers/{BRANCH_HEADER}")
+    branch = branch_get(name=name, user=request.user)
+    if branch is None:
+        raise NotFound(f"Branch {name!r} not found.", pointer=f"/headers/{BRANCH_HEADER}")
+    return BranchStore(branch)

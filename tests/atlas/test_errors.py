@@ -524,3 +524,29 @@ def test_drf_validation_errors_flatten_to_json_pointers():
     error = problem_for(ValidationError({"slug": ["Bad slug."]}))
     assert error is not None
     assert (error.status, error.pointer, error.detail) == (422, "/slug", "Bad slug.")
+
+
+@pytest.mark.parametrize("path", ["acme.orders/order/a%0A", "acme.orders/order%0A/a"])
+def test_a_trailing_newline_in_a_path_name_is_404_not_500(staff, namespace, client_for, path):
+    response = client_for(staff).put(f"/api/v1/entities/{path}", {"content": {}}, format="json")
+    assert response.status_code == 404
+
+
+def test_a_trailing_newline_in_a_batch_slug_is_422(staff, namespace, client_for):
+    response = client_for(staff).post(
+        "/api/v1/batch",
+        {
+            "ops": [
+                {
+                    "op": "put",
+                    "namespace": "acme.orders",
+                    "kind": "order",
+                    "slug": "b\n",
+                    "content": {},
+                }
+            ]
+        },
+        format="json",
+    )
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["pointer"] == "/ops/0/slug"

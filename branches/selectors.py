@@ -1,0 +1,233 @@
+"""Reads of branches: visibility, lists, and the diff against baseline.
+
+A branch is visible to its creator, to staff, and to anyone who can read at
+least one namespace it has written (API.md, "Decisions that close open
+points"). Invisible branches are reported as not found, exactly like missing
+ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from branches.models import NAME_PATTERN, Branch
+from entities import access
+from entities.store import EntityKey, StoredEntity, load_json
+
+User = AbstractBaseUser | AnonymousUser
+
+_NAME_RE = re.compile(NAME_PATTERN)
+
+
+def is_valid_name(value: object) -> bool:
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
+
+
+def can_see(branch: Branch, user: User) -> bool:
+    """Creator, staff, or a reader of any namespace the branch touched."""
+    if not getattr(user, "is_authenticated", False):
+        return False
+    if branch.created_by_id is not None and branch.created_by_id == user.pk:
+        return True
+    readable = access.readable_namespaces(user)
+    if readable is None:
+        return True
+    return bool(set(readable).intersection(branch.namespaces))
+
+
+def branch_get(*, name: str, user: User) -> Branch | None:
+    """The named branch if ``user`` can see it, else ``None`` (404 for the caller)."""
+    if not is_valid_name(name):
+        return None
+    branch = Branch.objects.filter(name=name).first()
+    if branch is None or not can_see(branch, user):
+        return None
+    return branch
+
+
+def visible_branches(*, user: User) -> QuerySet[Branch]:
+    """Every branch ``user`` can see, by name."""
+    qs = Branch.objects.order_by("name")
+    readable = access.readable_namespaces(user)
+    if readable is None:
+        return qs
+    return qs.filter(Q(created_by_id=user.pk) | Q(namespaces__overlap=readable))
+
+
+def branch_list(
+    *, user: User, status: str | None = None, after: str | None = None, limit: int = 50
+) -> list[Branch]:
+    """One keyset page of visible branches in name order."""
+    qs = visible_branches(user=user)
+    if status is not None:
+        qs = qs.filter(status=status)
+    if after is not None:
+        qs = qs.filter(name__gt=after)
+    return list(qs[:limit])
+
+
+# --- the overlay against baseline -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class OverlayChange:
+    """One key where the branch's state differs from baseline's current state.
+
+    ``op`` is what the branch did relative to the baseline it started from:
+    ``create`` (baseline had no such entity when the branch first wrote it),
+    ``update`` or ``delete``. ``conflict`` is true when baseline has moved
+    since (its version is no longer ``base_version``) and does not already
+    hold what the branch holds; merge refuses such keys.
+    """
+
+    key: EntityKey
+    op: str
+    deleted: bool
+    base_version: int | None
+    baseline_version: int | None
+    conflict: bool
+    changeset_id: UUID  # the branch changeset that last wrote the key
+    content: dict[str, Any] | None = None  # the branch's content (merge plans only)
+
+
+def _op(deleted: bool, base_version: int | None) -> str:
+    if deleted:
+        return "delete"
+    return "create" if base_version is None else "update"
+
+
+def _change(row: Sequence[Any], *, with_content: bool) -> OverlayChange:
+    ns, kind, slug, deleted, base_version, baseline_version, changeset_id = row[:7]
+    return OverlayChange(
+        key=EntityKey(ns, kind, slug),
+        op=_op(deleted, base_version),
+        deleted=deleted,
+        base_version=base_version,
+        baseline_version=baseline_version,
+        conflict=base_version != baseline_version,
+        changeset_id=changeset_id,
+        content=load_json(row[7]) if with_content and not deleted else None,
+    )
+
+
+# "The branch's state equals baseline's current state": both absent, or the
+# same jsonb. jsonb's text form is canonical for a stored value (sorted keys,
+# numbers as written), so text equality is exactly the write service's
+# byte-identical comparison, without shipping content to Python.
+_SAME = (
+    "CASE WHEN o.deleted THEN {b}.slug IS NULL"
+    " ELSE {b}.slug IS NOT NULL AND {b}.content::text = o.content::text END"
+)
+
+
+def overlay_changes(
+    *, branch: Branch, namespaces: Sequence[str] | None = None, with_content: bool = False
+) -> list[OverlayChange]:
+    """The branch's keys whose state differs from baseline's, in key order; one query.
+
+    Keys the branch wrote but that now equal baseline (changed back, or baseline
+    reached the same content independently) are left out: the result is
+    exactly what a merge would land, plus the conflicts that would stop it.
+    Cost grows with the branch's overlay, not with the store.
+    """
+    params: list[Any] = [branch.pk]
+    ns_clause = ""
+    if namespaces is not None:
+        ns_clause = " AND o.namespace_id = ANY(%s::text[])"
+        params.append(list(namespaces))
+    sql = (
+        "SELECT o.namespace_id, o.kind, o.slug, o.deleted, o.base_version, e.version,"
+        f" o.changeset_id{', o.content' if with_content else ''}"
+        " FROM branches_branchentity o"
+        " LEFT JOIN entities_entity e ON e.namespace_id = o.namespace_id"
+        "  AND e.kind = o.kind AND e.slug = o.slug"
+        f" WHERE o.branch_id = %s{ns_clause} AND NOT ({_SAME.format(b='e')})"
+        " ORDER BY o.namespace_id, o.kind, o.slug"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [_change(row, with_content=with_content) for row in cursor.fetchall()]
+
+
+def overlay_changes_locked(
+    *, branch: Branch
+) -> tuple[list[OverlayChange], dict[EntityKey, StoredEntity]]:
+    """Like :func:`overlay_changes`, after locking baseline's rows of every overlay key.
+
+    For the merge, inside its write transaction (the branch row already
+    locked): baseline rows are locked ``FOR UPDATE`` in key order, and the
+    comparison uses the locked (latest) row versions, so what is judged is
+    what the merge writes over. Returns the changes and, for each changed key
+    that exists on baseline, its locked baseline entity.
+    """
+    sql = (
+        "WITH b AS ("
+        "  SELECT e.namespace_id, e.kind, e.slug, e.content, e.version, e.created_at,"
+        "   e.updated_at, e.changeset_id"
+        "  FROM entities_entity e JOIN branches_branchentity o2 ON o2.branch_id = %s"
+        "   AND o2.namespace_id = e.namespace_id AND o2.kind = e.kind AND o2.slug = e.slug"
+        "  ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e)"
+        " SELECT o.namespace_id, o.kind, o.slug, o.deleted, o.base_version, b.version,"
+        "  o.changeset_id, b.content, b.created_at, b.updated_at, b.changeset_id"
+        " FROM branches_branchentity o LEFT JOIN b ON b.namespace_id = o.namespace_id"
+        "  AND b.kind = o.kind AND b.slug = o.slug"
+        f" WHERE o.branch_id = %s AND NOT ({_SAME.format(b='b')})"
+        " ORDER BY o.namespace_id, o.kind, o.slug"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [branch.pk, branch.pk])
+        rows = cursor.fetchall()
+    changes: list[OverlayChange] = []
+    baseline: dict[EntityKey, StoredEntity] = {}
+    for row in rows:
+        change = _change(row, with_content=False)
+        changes.append(change)
+        if row[5] is not None:
+            baseline[change.key] = StoredEntity(
+                key=change.key,
+                content=load_json(row[7]),
+                version=row[5],
+                created_at=row[8],
+                updated_at=row[9],
+                changeset_id=row[10],
+            )
+    return changes, baseline
+
+
+@dataclass(frozen=True)
+class Diff:
+    behind: int
+    ahead: int
+    changes: list[OverlayChange]
+
+
+def branch_diff(*, branch: Branch, namespaces: Sequence[str] | None) -> Diff:
+    """How far baseline moved since the fork, the branch's changesets, and its changes.
+
+    Two queries: the two counts (index range scans on ``(branch, seq)``), and
+    :func:`overlay_changes`. Counts and changes are limited to changesets and
+    keys in ``namespaces`` (the caller's readable set; ``None`` = all).
+    """
+    ns_clause, ns_params = "", []
+    if namespaces is not None:
+        ns_clause = " AND c.namespaces && %s::varchar[]"
+        ns_params = [list(namespaces)]
+    sql = (
+        "SELECT"
+        " (SELECT count(*) FROM changesets_changeset c WHERE c.branch = '' AND c.seq > %s"
+        f"{ns_clause}),"
+        f" (SELECT count(*) FROM changesets_changeset c WHERE c.branch = %s{ns_clause})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [branch.fork_seq, *ns_params, branch.name, *ns_params])
+        behind, ahead = cursor.fetchone()
+    changes = overlay_changes(branch=branch, namespaces=namespaces)
+    return Diff(behind=behind, ahead=ahead, changes=changes)

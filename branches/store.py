@@ -1,0 +1,316 @@
+"""The branch overlay store, and the branch-row helpers every branch write shares.
+
+:class:`BranchStore` implements ``entities.store.EntityStore`` over a branch:
+reads see the branch's overlay rows over baseline *as it is now* (a tombstone
+hides the baseline row), writes land in the overlay only. The write service
+(``changesets.services.changeset_apply``) drives it exactly like the baseline
+store, which is how branch writes become changesets with ``branch`` set.
+
+:class:`branches.merge.MergeStore` is the baseline store plus a merge's
+bookkeeping, built on the helpers here.
+
+Only the write service may call the mutating methods (DESIGN invariant 1).
+A store keeps per-transaction state between ``lock`` and ``apply``: make one
+per write (they are cheap), never share one between threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+from psycopg.types.json import Jsonb
+
+from branches.exceptions import BranchClosed
+from branches.models import Branch, BranchStatus
+from entities.store import (
+    EntityKey,
+    EntityWrite,
+    StoredEntity,
+    entity_filters,
+    load_json,
+)
+
+_VIEW_COLUMNS = "namespace_id, kind, slug, content, version, created_at, updated_at, changeset_id"
+
+
+def _row_to_entity(row: Sequence[Any]) -> StoredEntity:
+    return StoredEntity(
+        key=EntityKey(row[0], row[1], row[2]),
+        content=load_json(row[3]),
+        version=row[4],
+        created_at=row[5],
+        updated_at=row[6],
+        changeset_id=row[7],
+    )
+
+
+def _columns(keys: Sequence[EntityKey]) -> list[list[str]]:
+    return [[k.namespace for k in keys], [k.kind for k in keys], [k.slug for k in keys]]
+
+
+def lock_branch_row(branch_id: int) -> tuple[str, str, list[str]]:
+    """``SELECT … FOR UPDATE`` the branch row: (name, status, namespaces).
+
+    Every branch write, the merge and the abandon take this lock first, so
+    they queue behind each other and a write can never land on a branch that
+    a concurrent merge or abandon has just closed.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, status, namespaces FROM branches_branch WHERE id = %s FOR UPDATE",
+            [branch_id],
+        )
+        row = cursor.fetchone()
+    if row is None:  # pragma: no cover - branch rows are never deleted
+        raise BranchClosed("The branch no longer exists.")
+    return row[0], row[1], list(row[2])
+
+
+def require_open(name: str, status: str) -> None:
+    if status != BranchStatus.OPEN:
+        raise BranchClosed(f"Branch {name!r} is {status}; it takes no more changes.")
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What ``lock`` saw of a key that has no overlay row yet."""
+
+    base_version: int | None  # baseline's version, None when absent
+    base_created_at: datetime | None
+
+
+class BranchStore:
+    """A branch's overlay over baseline (``entities.store.EntityStore``)."""
+
+    def __init__(self, branch: Branch) -> None:
+        self.branch = branch.name
+        self.branch_id = branch.pk
+        self._seen: dict[EntityKey, _Seen] | None = None
+        self._namespaces: set[str] = set(branch.namespaces)
+
+    # --- reads: one statement each ------------------------------------------
+
+    def get(self, key: EntityKey) -> StoredEntity | None:
+        sql = (
+            f"SELECT {_VIEW_COLUMNS}, deleted FROM branches_branchentity"
+            " WHERE branch_id = %s AND namespace_id = %s AND kind = %s AND slug = %s"
+            " UNION ALL"
+            f" SELECT {_VIEW_COLUMNS}, FALSE FROM entities_entity e"
+            " WHERE e.namespace_id = %s AND e.kind = %s AND e.slug = %s AND NOT EXISTS ("
+            "  SELECT 1 FROM branches_branchentity o WHERE o.branch_id = %s"
+            "  AND o.namespace_id = e.namespace_id AND o.kind = e.kind AND o.slug = e.slug)"
+        )
+        k = [key.namespace, key.kind, key.slug]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [self.branch_id, *k, *k, self.branch_id])
+            row = cursor.fetchone()
+        if row is None or row[8]:  # absent, or a tombstone
+            return None
+        return _row_to_entity(row)
+
+    def list(
+        self,
+        *,
+        namespaces: Sequence[str] | None,
+        namespace: str | None = None,
+        kind: str | None = None,
+        slug_prefix: str | None = None,
+        after: EntityKey | None = None,
+        limit: int = 50,
+    ) -> list[StoredEntity]:
+        """One keyset page of the branch's view, in (namespace, kind, slug) order.
+
+        Two index-ordered halves, each cut at ``limit``, merged: the branch's
+        live overlay rows, and baseline rows the overlay does not cover (an
+        anti-join on the overlay's unique index, so tombstones hide baseline).
+        """
+        filters = {
+            "namespaces": namespaces,
+            "namespace": namespace,
+            "kind": kind,
+            "slug_prefix": slug_prefix,
+            "after": after,
+        }
+        o_where, o_params = entity_filters("o.namespace_id", "o.kind", "o.slug", **filters)
+        e_where, e_params = entity_filters("e.namespace_id", "e.kind", "e.slug", **filters)
+        sql = (
+            f"SELECT {_VIEW_COLUMNS} FROM ("
+            f" (SELECT {_VIEW_COLUMNS} FROM branches_branchentity o"
+            f"  WHERE o.branch_id = %s AND NOT o.deleted AND {o_where}"
+            "  ORDER BY o.namespace_id, o.kind, o.slug LIMIT %s)"
+            " UNION ALL"
+            f" (SELECT {_VIEW_COLUMNS} FROM entities_entity e"
+            f"  WHERE {e_where} AND NOT EXISTS ("
+            "   SELECT 1 FROM branches_branchentity x WHERE x.branch_id = %s"
+            "   AND x.namespace_id = e.namespace_id AND x.kind = e.kind AND x.slug = e.slug)"
+            "  ORDER BY e.namespace_id, e.kind, e.slug LIMIT %s)"
+            ") v ORDER BY namespace_id, kind, slug LIMIT %s"
+        )
+        params = [self.branch_id, *o_params, limit, *e_params, self.branch_id, limit, limit]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return [_row_to_entity(row) for row in cursor.fetchall()]
+
+    # --- writes (the write service only) ---------------------------------------
+
+    def lock(self, keys: Iterable[EntityKey]) -> dict[EntityKey, StoredEntity]:
+        """Lock the branch row, then baseline's rows of ``keys``; return the branch's view.
+
+        1. The branch row, ``FOR UPDATE``: writes to one branch queue behind
+           each other and behind a merge or abandon; a closed branch is 409.
+        2. Baseline rows of the keys, ``FOR SHARE`` in key order, read together
+           with the overlay rows in one statement. Share locks keep the
+           baseline a write is judged against stable until it commits without
+           making two branches writing the same key wait for each other.
+           Overlay rows need no row lock: only holders of the branch lock write them.
+
+        Remembers, for keys the branch has not written yet, the baseline
+        version seen here: :meth:`apply` records it as the key's ``base_version``.
+        """
+        name, status, namespaces = lock_branch_row(self.branch_id)
+        require_open(name, status)
+        self._namespaces = set(namespaces)
+        self._seen = {}
+        keys = sorted(set(keys))
+        if not keys:
+            return {}
+        sql = (
+            "WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])"
+            "  AS k(ns, kind, slug)),"
+            " b AS (SELECT e.namespace_id, e.kind, e.slug, e.content, e.version, e.created_at,"
+            "  e.updated_at, e.changeset_id FROM entities_entity e"
+            "  JOIN k ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+            "  ORDER BY e.namespace_id, e.kind, e.slug FOR SHARE OF e)"
+            " SELECT k.ns, k.kind, k.slug, o.id IS NOT NULL, o.deleted, o.content, o.version,"
+            "  o.created_at, o.updated_at, o.changeset_id,"
+            "  b.content, b.version, b.created_at, b.updated_at, b.changeset_id"
+            " FROM k LEFT JOIN branches_branchentity o ON o.branch_id = %s"
+            "  AND o.namespace_id = k.ns AND o.kind = k.kind AND o.slug = k.slug"
+            " LEFT JOIN b ON b.namespace_id = k.ns AND b.kind = k.kind AND b.slug = k.slug"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*_columns(keys), self.branch_id])
+            rows = cursor.fetchall()
+        view: dict[EntityKey, StoredEntity] = {}
+        for row in rows:
+            key = EntityKey(row[0], row[1], row[2])
+            has_overlay, deleted = row[3], row[4]
+            if has_overlay:
+                if not deleted:
+                    view[key] = _row_to_entity((*row[:3], *row[5:10]))
+                continue
+            base_version = row[11]
+            self._seen[key] = _Seen(base_version, row[12])
+            if base_version is not None:
+                view[key] = _row_to_entity((*row[:3], *row[10:15]))
+        return view
+
+    def apply(
+        self,
+        *,
+        changeset_id: UUID,
+        now: datetime,
+        creates: Sequence[EntityWrite],
+        updates: Sequence[EntityWrite],
+        deletes: Sequence[EntityKey],
+    ) -> None:
+        """Write the changeset's net effect into the overlay, set-based.
+
+        Creates and updates are one upsert (content), deletes one upsert of
+        tombstones; a key's first write on the branch records ``base_version``
+        from what :meth:`lock` saw. A newly touched namespace is added to the
+        branch's set (which decides who can see the branch).
+        """
+        if self._seen is None:
+            raise RuntimeError("BranchStore.apply() without lock() in the same transaction")
+        seen = self._seen
+
+        def base(key: EntityKey) -> int | None:
+            first = seen.get(key)
+            return first.base_version if first else None
+
+        with connection.cursor() as cursor:
+            writes = [*creates, *updates]
+            if writes:
+                keys = [w.key for w in writes]
+                updated = {w.key for w in updates}
+                # An entity first written here keeps baseline's created_at when
+                # it existed there; a create (or re-create) is born now.
+                created = [
+                    (seen[k].base_created_at or now) if k in seen and k in updated else now
+                    for k in keys
+                ]
+                cursor.execute(
+                    "INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
+                    " content, deleted, version, base_version, created_at, updated_at,"
+                    " changeset_id)"
+                    " SELECT %s, k.ns, k.kind, k.slug, k.content, FALSE, k.version, k.base,"
+                    " k.created, %s, %s"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int[],"
+                    " %s::int[], %s::timestamptz[])"
+                    " AS k(ns, kind, slug, content, version, base, created)"
+                    " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
+                    " content = EXCLUDED.content, deleted = FALSE, version = EXCLUDED.version,"
+                    " created_at = CASE WHEN branches_branchentity.deleted"
+                    "  THEN EXCLUDED.created_at ELSE branches_branchentity.created_at END,"
+                    " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id",
+                    [
+                        self.branch_id,
+                        now,
+                        changeset_id,
+                        *_columns(keys),
+                        [Jsonb(w.content) for w in writes],
+                        [w.version for w in writes],
+                        [base(k) for k in keys],
+                        created,
+                    ],
+                )
+            if deletes:
+                cursor.execute(
+                    "INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
+                    " content, deleted, version, base_version, created_at, updated_at,"
+                    " changeset_id)"
+                    " SELECT %s, k.ns, k.kind, k.slug, NULL, TRUE, NULL, k.base, %s, %s, %s"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[])"
+                    " AS k(ns, kind, slug, base)"
+                    " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
+                    " content = NULL, deleted = TRUE, version = NULL,"
+                    " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id",
+                    [
+                        self.branch_id,
+                        now,
+                        now,
+                        changeset_id,
+                        *_columns(deletes),
+                        [base(k) for k in deletes],
+                    ],
+                )
+            touched = {k.namespace for k in deletes} | {w.key.namespace for w in writes}
+            if not touched <= self._namespaces:
+                self._namespaces |= touched
+                cursor.execute(
+                    "UPDATE branches_branch SET namespaces = %s::varchar[] WHERE id = %s",
+                    [sorted(self._namespaces), self.branch_id],
+                )
+
+
+def close_branch(
+    branch_id: int, *, status: str, now: datetime, merged_changeset_id: UUID | None = None
+) -> None:
+    """Mark the (locked) branch merged or abandoned and delete its overlay.
+
+    The overlay is working state, not the log: the branch's changesets and
+    revisions stay.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE branches_branch SET status = %s, closed_at = %s, merged_changeset_id = %s"
+            " WHERE id = %s",
+            [str(status), now, merged_changeset_id, branch_id],
+        )
+        cursor.execute("DELETE FROM branches_branchentity WHERE branch_id = %s", [branch_id])
