@@ -1,6 +1,6 @@
 """Import NDJSON changeset files, each as one new changeset (rpc ImportChangeset).
 
-    manage.py import_changesets FILE_OR_DIR ... [--dry-run] [--user NAME] [--branch NAME]
+    manage.py import_changesets FILE_OR_DIR ... [--dry-run] [--user NAME]
 
 Directories are read in name order (``export_changesets`` names files by
 seq). Every file is parsed strictly before anything is written; then files
@@ -21,7 +21,7 @@ from tqdm import tqdm
 from atlas.exceptions import AtlasError
 from changesets import ndjson
 from changesets.principals import system_user
-from entities.store import EntityStore, baseline
+from entities.store import baseline
 
 
 def _files(paths: list[str]) -> list[Path]:
@@ -37,16 +37,6 @@ def _files(paths: list[str]) -> list[Path]:
     return found
 
 
-def _store(branch: str) -> EntityStore:
-    if not branch:
-        return baseline
-    try:
-        from branches.store import store_for_name  # type: ignore[attr-defined]
-    except ImportError as exc:  # pragma: no cover - branches not installed
-        raise CommandError("branches are not available") from exc
-    return store_for_name(branch)
-
-
 class Command(BaseCommand):
     help = "Apply NDJSON changeset files, each as one new changeset."
 
@@ -60,7 +50,6 @@ class Command(BaseCommand):
             default=None,
             help="author (roles apply); default: the atlas-system principal (no role checks)",
         )
-        parser.add_argument("--branch", default="", help="stage the imports on this branch")
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -80,7 +69,7 @@ class Command(BaseCommand):
             check_permissions = True
         else:
             actor, check_permissions = system_user(), False
-        store = _store(options["branch"])
+        store = baseline  # stage on a branch through the API (X-Atlas-Branch)
         changed = unchanged = 0
         with tqdm(
             total=len(documents), unit="file", disable=options["no_progress"], file=self.stderr
