@@ -196,7 +196,45 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".atlas" / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict = {}
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+# A write enqueues its journal task after commit, in the request: when the broker is
+# unreachable, fail fast (the sweep finishes the entry) rather than hold the response.
+CELERY_BROKER_CONNECTION_TIMEOUT = env_float("ATLAS_BROKER_CONNECT_TIMEOUT_SECONDS", 2)
+# One queue name per deployment (tests use their own so parallel runs never share messages).
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "") or "celery"
+
+# The journal (post-commit work) and the change feed's push side (docs/feed.md).
+ATLAS_JOURNAL_SWEEP_AGE_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_AGE_SECONDS", 60)
+ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS", 30)
+ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS = env_float(
+    "ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS", 30
+)
+ATLAS_WEBHOOK_TIMEOUT_SECONDS = env_float("ATLAS_WEBHOOK_TIMEOUT_SECONDS", 10)
+ATLAS_WEBHOOK_PAGE_SIZE = env_int("ATLAS_WEBHOOK_PAGE_SIZE", 100)
+ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS = env_float("ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS", 2)
+ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS", 600)
+ATLAS_WEBHOOK_MAX_PAGES_PER_RUN = env_int("ATLAS_WEBHOOK_MAX_PAGES_PER_RUN", 50)
+ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN = env_float("ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN", 60)
+
+CELERY_BEAT_SCHEDULE: dict = {
+    "journal-sweep": {
+        "task": "changesets.journal_sweep",
+        "schedule": ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS,
+        # A sweep queued while no worker ran is stale by the next one.
+        "options": {"expires": ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS},
+    },
+    "subscriptions-wake": {
+        "task": "changesets.subscriptions_wake",
+        "schedule": ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS,
+        "options": {"expires": ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS},
+    },
+}
 
 LOGGING = {
     "version": 1,

@@ -8,6 +8,7 @@ from atlas.api import errors
 api_v1 = [
     path("", include("entities.api.urls")),
     path("", include("changesets.api.urls")),
+    path("", include("changesets.api.feed_urls")),
     path("", include("branches.api.urls")),
 ]
 

@@ -192,6 +192,9 @@ class JournalEntry(models.Model):
     published_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
+    # Attempts that failed (a hook raised, or the pumps could not be woken).
+    # Exported as a counter; the partial index keeps summing it cheap.
+    failures = models.PositiveIntegerField(default=0)
 
     class Meta:
         verbose_name_plural = "journal entries"
@@ -200,8 +203,68 @@ class JournalEntry(models.Model):
                 fields=["created_at"],
                 condition=Q(phase="committed"),
                 name="journal_outstanding",
-            )
+            ),
+            models.Index(fields=["failures"], condition=Q(failures__gt=0), name="journal_failed"),
         ]
 
     def __str__(self) -> str:
         return f"{self.changeset_id} {self.phase}"
+
+
+class Capture(models.TextChoices):
+    """What a change-feed record carries besides the key (API.md "Change feed")."""
+
+    NEW_VALUES = "new_values"
+    NEW_ROW = "new_row"
+    OLD_AND_NEW_VALUES = "old_and_new_values"
+
+
+class Subscription(models.Model):
+    """A push consumer of the change feed: a server-side reader with a durable cursor.
+
+    ``cursor_seq`` is the seq of the last changeset delivered (acknowledged
+    with a 2xx); it only moves forward on success, under this row's lock, so
+    delivery is at-least-once and in seq order. ``namespaces`` empty means
+    every namespace. ``secret`` is kept as issued: it is the HMAC key, so it
+    cannot be stored hashed.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid6.uuid7, editable=False)
+    name = models.CharField(max_length=200)
+    url = models.CharField(max_length=2000)
+    namespaces = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    capture = models.CharField(max_length=20, choices=Capture.choices, default=Capture.NEW_VALUES)
+    active = models.BooleanField(default=True)
+    secret = models.CharField(max_length=128)
+    cursor_seq = models.BigIntegerField(default=0)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    last_delivery_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    # Failures since the last success; drives the backoff.
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    # No delivery attempt before this time (backoff after a failure).
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    deliveries_ok = models.BigIntegerField(default=0)
+    deliveries_failed = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(cursor_seq__gte=0), name="subscription_cursor_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(capture__in=["new_values", "new_row", "old_and_new_values"]),
+                name="subscription_capture_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} → {self.url}"

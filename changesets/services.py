@@ -461,7 +461,9 @@ def _publish_after_commit(changeset_id: UUID) -> None:
     try:
         from changesets.tasks import journal_publish
 
-        journal_publish.delay(str(changeset_id))
+        # No publish retries: with the broker down, each retry would hold up the
+        # response; the beat sweep finishes entries left committed.
+        journal_publish.apply_async(args=[str(changeset_id)], retry=False)
     except Exception:  # noqa: BLE001 - the write is committed; the sweep will finish it
         logging.getLogger(__name__).warning(
             "could not enqueue journal publish for %s; the sweep will finish it",
