@@ -78,6 +78,10 @@ class Changeset(AppendOnlyModel):
     rpc = models.CharField(max_length=32, choices=Rpc.choices)
     op_count = models.PositiveIntegerField()
     namespaces = ArrayField(models.CharField(max_length=200), default=list)
+    # The tamper-evident chain (changesets.chain): this changeset's hash covers
+    # the previous one's, its own fields and its revisions, in seq order.
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    hash = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-seq"]
@@ -166,6 +170,8 @@ class LogHead(models.Model):
     # The newest changeset's time: ``at`` never runs backwards in seq order,
     # which is what makes ``as_of_time`` well defined.
     at = models.DateTimeField(null=True)
+    # The newest changeset's chain hash, so anyone can anchor the log's head.
+    hash = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="loghead_single_row")]

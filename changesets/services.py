@@ -22,6 +22,7 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
+from changesets import chain
 from changesets.models import (
     BASELINE,
     Changeset,
@@ -99,8 +100,10 @@ def changeset_apply(
     3. Nothing moved, or a dry run: return without a changeset (invariant 3).
     4. Entity rows are written set-based (one statement per kind of change).
     5. Last, ``seq`` is drawn by updating the one-row log head, whose lock is
-       held to commit, so seq order is commit order (invariant 6); then the
-       changeset, its revisions and its journal entry are inserted.
+       held to commit, so seq order is commit order (invariant 6); the same
+       statement hands out the previous chain hash (``changesets.chain``).
+       Then the changeset, its revisions and its journal entry are inserted
+       and the head takes the new hash.
 
     A create that loses a race to a concurrent create, or a deadlock, rolls
     the attempt back and retries it whole: the retry sees the winner's row
@@ -310,7 +313,8 @@ def _apply_once(
     store.apply(
         changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
     )
-    seq, at = _draw_seq(now)
+    revisions_hex = chain.revisions_digest(revisions)  # before the lock: the big part
+    seq, at, prev_hash = _draw_seq(now)
     changeset = Changeset(
         id=changeset_id,
         seq=seq,
@@ -323,12 +327,17 @@ def _apply_once(
         rpc=rpc,
         op_count=len(revisions),
         namespaces=sorted({r.namespace for r in revisions}),
+        prev_hash=prev_hash,
+    )
+    changeset.hash = chain.changeset_hash(
+        prev_hash=prev_hash, changeset=changeset, revisions_hex=revisions_hex
     )
     changeset.save(force_insert=True)
     for revision in revisions:
         revision.changeset = changeset
         revision.seq = seq
     _insert_revisions(changeset, revisions)
+    _set_head_hash(changeset.hash)
     if branch == BASELINE:
         JournalEntry.objects.create(changeset=changeset, created_at=at)
         transaction.on_commit(lambda: _publish_after_commit(changeset_id))
@@ -340,7 +349,12 @@ def _apply_once(
     )
 
 
-def _draw_seq(now: datetime) -> tuple[int, datetime]:
+def _set_head_hash(value: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE changesets_loghead SET hash = %s WHERE id = 1", [value])
+
+
+def _draw_seq(now: datetime) -> tuple[int, datetime, str]:
     """Take the log head's lock and the next seq; must be the last lock taken.
 
     ``at`` is ``now`` (the time the entity rows carry) unless a changeset that
@@ -350,14 +364,14 @@ def _draw_seq(now: datetime) -> tuple[int, datetime]:
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE changesets_loghead SET seq = seq + 1, at = GREATEST(%s, COALESCE(at, %s))"
-            " WHERE id = 1 RETURNING seq, at",
+            " WHERE id = 1 RETURNING seq, at, hash",
             [now, now],
         )
         row = cursor.fetchone()
     if row is None:  # the migration creates the row; recreate it if someone removed it
         LogHead.objects.get_or_create(id=1)
         return _draw_seq(now)
-    return row[0], row[1]
+    return row[0], row[1], row[2] or chain.GENESIS
 
 
 def _insert_revisions(changeset: Changeset, revisions: Sequence[Revision]) -> None:

@@ -4,6 +4,7 @@ from changesets.api import actions, views
 
 urlpatterns = [
     path("changesets", views.ChangesetListView.as_view(), name="changeset-list"),
+    path("log/head", views.LogHeadView.as_view(), name="log-head"),
     # Before <changeset_id>, so "import" is never taken for an id.
     path("changesets/import", actions.ImportView.as_view(), name="changeset-import"),
     path(

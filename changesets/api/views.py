@@ -7,13 +7,14 @@ import uuid
 from datetime import datetime
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from atlas.api import paging
-from atlas.api.render import parse_rfc3339
+from atlas.api.render import parse_rfc3339, rfc3339
 from atlas.exceptions import BadRequest, NotFound, ValidationFailed
 from changesets.api.serializers import (
     ChangesetPageSerializer,
@@ -22,7 +23,8 @@ from changesets.api.serializers import (
     changeset_repr,
     revision_repr,
 )
-from changesets.models import Changeset, Rpc
+from changesets.chain import GENESIS
+from changesets.models import Changeset, LogHead, Rpc
 from changesets.selectors import changeset_get, changeset_list, changeset_revisions
 from entities import access
 from entities import validation as v
@@ -152,3 +154,29 @@ class ChangesetRevisionsView(APIView):
             changeset=changeset, namespaces=access.readable_namespaces(request.user)
         )
         return Response({"results": [revision_repr(r, changeset) for r in rows]})
+
+
+class LogHeadView(APIView):
+    @extend_schema(
+        operation_id="log_head",
+        summary="The newest seq and chain hash, to anchor the log elsewhere",
+        responses={
+            200: inline_serializer(
+                "LogHead",
+                {
+                    "seq": serializers.IntegerField(),
+                    "hash": serializers.CharField(),
+                    "at": serializers.DateTimeField(allow_null=True),
+                },
+            )
+        },
+    )
+    def get(self, request: Request) -> Response:
+        head = LogHead.objects.filter(pk=1).first()
+        return Response(
+            {
+                "seq": head.seq if head else 0,
+                "hash": (head.hash if head else "") or GENESIS,
+                "at": rfc3339(head.at) if head else None,
+            }
+        )

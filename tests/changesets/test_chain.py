@@ -1,0 +1,174 @@
+"""The tamper-evident log: every edit or deletion of a log row is detected."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+
+from changesets import chain
+from changesets.models import Changeset, LogHead, Revision, Rpc
+from changesets.ops import DeleteOp, PutOp
+from changesets.services import changeset_apply
+from entities.store import EntityKey, baseline
+
+pytestmark = pytest.mark.django_db
+NS = "acme.orders"
+
+
+def verify() -> chain.Break | None:
+    def pairs():
+        for changeset in Changeset.objects.order_by("seq"):
+            yield changeset, list(Revision.objects.filter(changeset=changeset).order_by("id"))
+
+    return chain.verify(pairs(), head=LogHead.objects.get(pk=1))[1]
+
+
+@pytest.fixture
+def history(staff, namespace):
+    rng = random.Random(7)
+    for i in range(30):
+        ops = []
+        for slug in rng.sample(["a", "b", "c", "d", "e"], rng.randint(1, 3)):
+            key = EntityKey(NS, "order", slug)
+            exists = baseline.get(key) is not None
+            if exists and rng.random() < 0.25:
+                ops.append(DeleteOp(key))
+            else:
+                ops.append(PutOp(key, {"i": i, "slug": slug, "f": rng.random()}))
+        changeset_apply(store=baseline, actor=staff, ops=ops, rpc=Rpc.BATCH_MUTATE)
+    return Changeset.objects.count()
+
+
+def test_every_changeset_chains_to_the_previous_one(history):
+    rows = list(Changeset.objects.order_by("seq"))
+    assert rows[0].prev_hash == chain.GENESIS
+    for before, after in zip(rows, rows[1:], strict=False):
+        assert after.prev_hash == before.hash
+    assert LogHead.objects.get(pk=1).hash == rows[-1].hash
+    assert verify() is None
+
+
+def test_verify_log_command_passes_on_an_untouched_log(history):
+    out = io.StringIO()
+    call_command("verify_log", "--no-progress", stdout=out)
+    assert f"{history} changeset(s) verified" in out.getvalue()
+
+
+def test_log_head_endpoint_publishes_seq_and_hash(history, staff, client_for):
+    body = client_for(staff).get("/api/v1/log/head").json()
+    head = LogHead.objects.get(pk=1)
+    assert body["seq"] == head.seq == history
+    assert body["hash"] == head.hash
+    assert body["at"].endswith("Z")
+
+
+def _disable_guards(cursor) -> None:
+    """What an attacker with the table owner's rights would do first."""
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # ALTER TABLE needs no pending FK checks
+    cursor.execute("ALTER TABLE changesets_changeset DISABLE TRIGGER changeset_append_only")
+    cursor.execute("ALTER TABLE changesets_revision DISABLE TRIGGER revision_append_only")
+
+
+def _tamper(rng: random.Random) -> str:
+    """One random single-row edit or deletion in the changeset or revision table."""
+    with connection.cursor() as cursor:
+        _disable_guards(cursor)
+        choice = rng.randrange(8)
+        if choice == 0:
+            cursor.execute(
+                "UPDATE changesets_changeset SET author_name = 'mallory'"
+                " WHERE id = (SELECT id FROM changesets_changeset ORDER BY random() LIMIT 1)"
+            )
+            return "author"
+        if choice == 1:
+            cursor.execute(
+                "UPDATE changesets_changeset SET at = at + interval '1 second'"
+                " WHERE id = (SELECT id FROM changesets_changeset ORDER BY random() LIMIT 1)"
+            )
+            return "at"
+        if choice == 2:
+            cursor.execute(
+                "UPDATE changesets_changeset SET comment = comment || ' '"
+                " WHERE id = (SELECT id FROM changesets_changeset ORDER BY random() LIMIT 1)"
+            )
+            return "comment"
+        if choice == 3:
+            cursor.execute(
+                "UPDATE changesets_revision SET after = jsonb_set(after, '{i}', '999')"
+                " WHERE id = (SELECT id FROM changesets_revision WHERE after IS NOT NULL"
+                " ORDER BY random() LIMIT 1)"
+            )
+            return "revision after"
+        if choice == 4:
+            cursor.execute(
+                "UPDATE changesets_revision SET before_version = before_version + 1"
+                " WHERE id = (SELECT id FROM changesets_revision WHERE before IS NOT NULL"
+                " ORDER BY random() LIMIT 1)"
+            )
+            return "revision version"
+        if choice == 5:
+            cursor.execute(
+                "DELETE FROM changesets_revision"
+                " WHERE id = (SELECT id FROM changesets_revision ORDER BY random() LIMIT 1)"
+            )
+            return "revision deleted"
+        if choice == 6:
+            cursor.execute(
+                "DELETE FROM changesets_revision WHERE changeset_id ="
+                " (SELECT id FROM changesets_changeset ORDER BY random() LIMIT 1)"
+            )
+            cursor.execute(
+                "DELETE FROM changesets_journalentry WHERE changeset_id NOT IN"
+                " (SELECT changeset_id FROM changesets_revision)"
+            )
+            cursor.execute(
+                "DELETE FROM changesets_changeset c WHERE NOT EXISTS"
+                " (SELECT 1 FROM changesets_revision r WHERE r.changeset_id = c.id)"
+            )
+            return "changeset deleted"
+        cursor.execute(
+            "UPDATE changesets_revision SET slug = slug || 'x'"
+            " WHERE id = (SELECT id FROM changesets_revision ORDER BY random() LIMIT 1)"
+        )
+        return "revision key"
+
+
+def test_one_hundred_random_tamperings_are_all_detected(history):
+    rng = random.Random(2026)
+    missed = []
+    for trial in range(100):
+        sid = transaction.savepoint()
+        what = _tamper(rng)
+        if verify() is None:
+            missed.append((trial, what))
+        transaction.savepoint_rollback(sid)
+    assert verify() is None  # every trial was rolled back
+    assert missed == [], missed
+
+
+def test_verify_log_command_exits_non_zero_at_the_first_break(history):
+    sid = transaction.savepoint()
+    with connection.cursor() as cursor:
+        _disable_guards(cursor)
+        cursor.execute("UPDATE changesets_changeset SET comment = 'edited' WHERE seq = 5")
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("verify_log", "--no-progress", stderr=err)
+    assert exited.value.code == 1
+    assert "BROKEN at seq 5" in err.getvalue()
+    transaction.savepoint_rollback(sid)
+
+
+def test_removing_the_newest_changeset_is_detected_by_the_head(history):
+    with connection.cursor() as cursor:
+        _disable_guards(cursor)
+        newest = Changeset.objects.order_by("-seq").first()
+        cursor.execute("DELETE FROM changesets_revision WHERE changeset_id = %s", [newest.id])
+        cursor.execute("DELETE FROM changesets_journalentry WHERE changeset_id = %s", [newest.id])
+        cursor.execute("DELETE FROM changesets_changeset WHERE id = %s", [newest.id])
+    broken = verify()
+    assert broken is not None and "log head" in broken.reason
