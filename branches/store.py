@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from django.db import connection
@@ -32,21 +31,10 @@ from entities.store import (
     EntityWrite,
     StoredEntity,
     entity_filters,
-    load_json,
+    row_to_entity,
 )
 
 _VIEW_COLUMNS = "namespace_id, kind, slug, content, version, created_at, updated_at, changeset_id"
-
-
-def _row_to_entity(row: Sequence[Any]) -> StoredEntity:
-    return StoredEntity(
-        key=EntityKey(row[0], row[1], row[2]),
-        content=load_json(row[3]),
-        version=row[4],
-        created_at=row[5],
-        updated_at=row[6],
-        changeset_id=row[7],
-    )
 
 
 def _columns(keys: Sequence[EntityKey]) -> list[list[str]]:
@@ -111,7 +99,7 @@ class BranchStore:
             row = cursor.fetchone()
         if row is None or row[8]:  # absent, or a tombstone
             return None
-        return _row_to_entity(row)
+        return row_to_entity(row)
 
     def list(
         self,
@@ -154,7 +142,7 @@ class BranchStore:
         params = [self.branch_id, *o_params, limit, *e_params, self.branch_id, limit, limit]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return [_row_to_entity(row) for row in cursor.fetchall()]
+            return [row_to_entity(row) for row in cursor.fetchall()]
 
     # --- writes (the write service only) ---------------------------------------
 
@@ -202,12 +190,12 @@ class BranchStore:
             has_overlay, deleted = row[3], row[4]
             if has_overlay:
                 if not deleted:
-                    view[key] = _row_to_entity((*row[:3], *row[5:10]))
+                    view[key] = row_to_entity((*row[:3], *row[5:10]))
                 continue
             base_version = row[11]
             self._seen[key] = _Seen(base_version, row[12])
             if base_version is not None:
-                view[key] = _row_to_entity((*row[:3], *row[10:15]))
+                view[key] = row_to_entity((*row[:3], *row[10:15]))
         return view
 
     def apply(

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from django.db import connection
 
 from changesets.models import BASELINE, Changeset
 from changesets.selectors import visible_changesets
-from entities.store import EntityKey, StoredEntity, entity_filters, load_json
+from entities.store import EntityKey, StoredEntity, entity_filters, row_to_entity
 
 # One batch of the key walk: ``batch`` keys created at or before X, in key
 # order, each with its newest revision at or before X (``after`` null: the key
@@ -105,7 +104,7 @@ def entities_as_of(
         with connection.cursor() as cursor:
             cursor.execute(_AS_OF_SQL.format(where=where), [seq, *params, batch, seq])
             rows = cursor.fetchall()
-        out.extend(_row(row) for row in rows if row[3] is not None)
+        out.extend(row_to_entity(row) for row in rows if row[3] is not None)
         if len(out) >= limit or len(rows) < batch:
             return out[:limit]
         after = EntityKey(rows[-1][0], rows[-1][1], rows[-1][2])
@@ -118,15 +117,4 @@ def entity_as_of(*, seq: int, key: EntityKey) -> StoredEntity | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, [seq, key.namespace, key.kind, key.slug, 1, seq])
         row = cursor.fetchone()
-    return _row(row) if row and row[3] is not None else None
-
-
-def _row(row: Sequence[Any]) -> StoredEntity:
-    return StoredEntity(
-        key=EntityKey(row[0], row[1], row[2]),
-        content=load_json(row[3]),
-        version=row[4],
-        created_at=row[5],
-        updated_at=row[6],
-        changeset_id=row[7],
-    )
+    return row_to_entity(row) if row and row[3] is not None else None

@@ -128,7 +128,9 @@ def load_json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _row_to_entity(row: Sequence[Any]) -> StoredEntity:
+def row_to_entity(row: Sequence[Any]) -> StoredEntity:
+    """A row of (namespace, kind, slug, content, version, created_at, updated_at,
+    changeset_id) as a :class:`StoredEntity` (the column order every store selects)."""
     return StoredEntity(
         key=EntityKey(row[0], row[1], row[2]),
         content=load_json(row[3]),
@@ -156,7 +158,7 @@ class BaselineStore:
                 [key.namespace, key.kind, key.slug],
             )
             row = cursor.fetchone()
-        return _row_to_entity(row) if row else None
+        return row_to_entity(row) if row else None
 
     def list(
         self,
@@ -185,7 +187,7 @@ class BaselineStore:
         sql = f"{_SELECT} WHERE {where} ORDER BY e.namespace_id, e.kind, e.slug LIMIT %s"
         with connection.cursor() as cursor:
             cursor.execute(sql, [*params, limit])
-            return [_row_to_entity(row) for row in cursor.fetchall()]
+            return [row_to_entity(row) for row in cursor.fetchall()]
 
     def lock(self, keys: Iterable[EntityKey]) -> dict[EntityKey, StoredEntity]:
         """Lock the existing rows among ``keys`` (FOR UPDATE) and return them.
@@ -204,7 +206,7 @@ class BaselineStore:
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, [ns, kinds, slugs])
-            return {e.key: e for e in map(_row_to_entity, cursor.fetchall())}
+            return {e.key: e for e in map(row_to_entity, cursor.fetchall())}
 
     def apply(
         self,
