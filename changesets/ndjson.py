@@ -19,8 +19,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from atlas.api.render import parse_rfc3339, rfc3339
 from changesets.exceptions import ImportConflict, NdjsonError
 from changesets.models import Changeset, Revision, Rpc
-from changesets.ops import DeleteOp, PutOp, WriteOp, op_repr, same_content
-from changesets.services import ApplyResult, changeset_apply
+from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
+from changesets.services import PlannedResult, changeset_apply_planned
 from entities import validation as v
 from entities.store import EntityKey, EntityStore, StoredEntity
 
@@ -193,14 +193,6 @@ def _reject_constant(value: str) -> Any:
     raise ValueError(f"{value} is not valid JSON")
 
 
-@dataclass
-class ImportResult:
-    changeset: Changeset | None
-    ops: list[dict[str, Any]]
-    dry_run: bool
-    applied: ApplyResult | None = None
-
-
 def changeset_import(
     *,
     store: EntityStore,
@@ -209,7 +201,7 @@ def changeset_import(
     dry_run: bool = False,
     comment: str | None = None,
     check_permissions: bool = True,
-) -> ImportResult:
+) -> PlannedResult:
     """Apply a parsed file as one new changeset (rpc ``ImportChangeset``).
 
     Each op's ``before`` must equal the entity's current content (null: it
@@ -218,7 +210,6 @@ def changeset_import(
     mismatch refuses the whole file (409, ``preimage_mismatch``).
     """
     keys = list(dict.fromkeys(op.key for op in document.ops))
-    planned: list[WriteOp] = []
 
     def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
         state: dict[EntityKey, dict[str, Any] | None] = {
@@ -253,10 +244,9 @@ def changeset_import(
                 f"{len(conflicts)} op(s) expect a state the store no longer holds.",
                 conflicts=conflicts,
             )
-        planned[:] = ops
         return ops
 
-    result = changeset_apply(
+    return changeset_apply_planned(
         store=store,
         actor=actor,
         rpc=Rpc.IMPORT_CHANGESET,
@@ -265,10 +255,4 @@ def changeset_import(
         keys=keys,
         plan=plan,
         check_permissions=check_permissions,
-    )
-    return ImportResult(
-        changeset=result.changeset,
-        ops=[op_repr(op) for op in planned],
-        dry_run=dry_run,
-        applied=result,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -11,18 +10,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from atlas.exceptions import NotFound, PermissionDenied
 from changesets.exceptions import RevertConflict
 from changesets.models import BASELINE, Changeset, Revision, Rpc
-from changesets.ops import DeleteOp, PutOp, WriteOp, op_repr, same_content
-from changesets.services import ApplyResult, changeset_apply
+from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
+from changesets.services import PlannedResult, changeset_apply_planned
 from entities import access
 from entities.store import EntityKey, EntityStore, StoredEntity
-
-
-@dataclass
-class RevertResult:
-    changeset: Changeset | None
-    ops: list[dict[str, Any]]
-    dry_run: bool
-    applied: ApplyResult | None = None
 
 
 def _key(revision: Revision) -> EntityKey:
@@ -50,7 +41,7 @@ def changeset_revert(
     changeset_id: str,
     dry_run: bool = False,
     comment: str = "",
-) -> RevertResult:
+) -> PlannedResult:
     """Write the inverse of a changeset as one new changeset (rpc ``RevertChangeset``).
 
     1. Pre-images come from the original changeset's revision rows, whatever
@@ -70,7 +61,6 @@ def changeset_revert(
         # Part of it is invisible to the caller: they cannot undo what they cannot see.
         raise PermissionDenied("This changeset touches namespaces you cannot write.")
     keys = [_key(r) for r in revisions]
-    planned: list[WriteOp] = []
 
     def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
         ops: list[WriteOp] = []
@@ -103,10 +93,9 @@ def changeset_revert(
                 " since this changeset; revert the newer changesets first.",
                 conflicts=conflicts,
             )
-        planned[:] = ops
         return ops
 
-    result = changeset_apply(
+    return changeset_apply_planned(
         store=store,
         actor=actor,
         rpc=Rpc.REVERT_CHANGESET,
@@ -114,12 +103,6 @@ def changeset_revert(
         dry_run=dry_run,
         keys=keys,
         plan=plan,
-    )
-    return RevertResult(
-        changeset=result.changeset,
-        ops=[op_repr(op) for op in planned],
-        dry_run=dry_run,
-        applied=result,
     )
 
 

@@ -32,7 +32,16 @@ from changesets.models import (
     Revision,
     Rpc,
 )
-from changesets.ops import DeleteOp, IfMatch, OpResult, PatchOp, PutOp, WriteOp, same_content
+from changesets.ops import (
+    DeleteOp,
+    IfMatch,
+    OpResult,
+    PatchOp,
+    PutOp,
+    WriteOp,
+    op_repr,
+    same_content,
+)
 from entities import access
 from entities.models import Namespace
 from entities.store import EntityKey, EntityStore, EntityWrite, KeyRaced, StoredEntity
@@ -131,6 +140,47 @@ def changeset_apply(
             if sqlstate not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass
+class PlannedResult:
+    """What a planned write (revert, import) did: the ops it chose, as batch ops."""
+
+    changeset: Changeset | None
+    ops: list[dict[str, Any]]
+    dry_run: bool
+    applied: ApplyResult
+
+
+def changeset_apply_planned(
+    *,
+    store: EntityStore,
+    actor: AbstractBaseUser,
+    rpc: Rpc | str,
+    keys: Sequence[EntityKey],
+    plan: Planner,
+    comment: str = "",
+    dry_run: bool = False,
+    check_permissions: bool = True,
+) -> PlannedResult:
+    """:func:`changeset_apply` with ``plan``, reporting the ops the plan chose."""
+    planned: list[WriteOp] = []
+
+    def recording(current: Mapping[EntityKey, StoredEntity]) -> Sequence[WriteOp]:
+        planned[:] = plan(current)
+        return planned
+
+    result = changeset_apply(
+        store=store,
+        actor=actor,
+        rpc=rpc,
+        comment=comment,
+        dry_run=dry_run,
+        keys=keys,
+        plan=recording,
+        check_permissions=check_permissions,
+    )
+    return PlannedResult(result.changeset, [op_repr(op) for op in planned], dry_run, result)
 
 
 def _check_precondition(op: WriteOp, state: _KeyState) -> None:

@@ -104,7 +104,7 @@ class RevertView(APIView):
             dry_run=dry_run,
             comment=comment,
         )
-        revisions = result.applied.revisions if result.applied else []
+        revisions = result.applied.revisions
         return Response(_action_body(result.changeset, revisions, result.ops, dry_run))
 
 
@@ -173,5 +173,5 @@ class ImportView(APIView):
         result = ndjson.changeset_import(
             store=store, actor=request.user, document=document, dry_run=dry_run
         )
-        revisions = result.applied.revisions if result.applied else []
+        revisions = result.applied.revisions
         return Response(_action_body(result.changeset, revisions, result.ops, dry_run))

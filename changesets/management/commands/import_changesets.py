@@ -93,7 +93,7 @@ class Command(BaseCommand):
                     raise CommandError(
                         f"{path}: {detail} ({changed} file(s) applied before it)"
                     ) from exc
-                if result.applied is not None and result.applied.revisions:
+                if result.applied.revisions:
                     changed += 1
                 else:
                     unchanged += 1
