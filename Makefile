@@ -13,7 +13,7 @@ ENSURE_DB = @if [ -z "$$DATABASE_URL" ]; then \
 	echo "==> embedded PostgreSQL in .atlas/pgdata"; $(PY) -m atlas.embedded start; fi
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test lint fmt migrate db-start db-stop worker clean
+.PHONY: help venv run test lint fmt migrate db-start db-stop worker clean browser
 
 help:
 	@echo "make run       virtualenv, database, migrate, demo user, then web (gunicorn) + worker"
@@ -25,6 +25,7 @@ help:
 	@echo "make worker    a Celery worker with embedded beat, alone"
 	@echo "make venv      create $(VENV) and install requirements.txt"
 	@echo "make clean     remove caches and collected static files (keeps $(VENV) and data)"
+	@echo "make browser   install Debian's chromium for the e2e admin tests (as root; never fails)"
 
 venv: $(STAMP)
 
@@ -45,7 +46,23 @@ run: venv
 	$(MANAGE) atlas_demo
 	exec $(PY) -m atlas.devrun
 
-test: venv
+# The e2e admin tests drive Debian's chromium with Playwright (no browser download). Installs
+# it when missing and we are root; otherwise says loudly why the e2e tests will be skipped.
+# Never fails: without a browser the e2e tests skip with that reason.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ -x "$(CHROMIUM)" ]; then \
+		echo "==> browser for e2e tests: $(CHROMIUM)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "==> installing Debian's chromium for the e2e admin tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+			|| echo "!!! could not install chromium: the e2e browser tests will be SKIPPED !!!"; \
+	else \
+		echo "!!! no $(CHROMIUM), and not root with apt-get: the e2e browser tests will be SKIPPED"; \
+		echo "!!! (install Debian's chromium package to run them) !!!"; \
+	fi
+
+test: venv browser
 	$(VENV)/bin/ruff check .
 	$(ENSURE_DB)
 	$(PY) -m pytest $(PYTEST_ARGS)

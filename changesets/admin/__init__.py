@@ -1,0 +1,6 @@
+"""Admin registrations for the changeset log (``log``) and subscriptions.
+
+Django's autodiscovery imports this package; the modules register on import.
+"""
+
+from changesets.admin import log, subscriptions  # noqa: F401

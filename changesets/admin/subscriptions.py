@@ -1,0 +1,83 @@
+"""Subscriptions in the admin: browse their delivery state (read-only).
+
+Subscriptions are created and changed through the API
+(``changesets.subscriptions``), which validates URLs and wakes the pump; the
+admin shows status, lag and the last error, and never the HMAC secret.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from atlas.admin_mixins import ReadOnlyAdmin, admin_roles
+from changesets.models import Subscription
+from changesets.subscriptions import subscription_lag
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(ReadOnlyAdmin):
+    list_display = (
+        "name",
+        "url",
+        "status",
+        "lag",
+        "cursor_seq",
+        "last_delivery_at",
+        "consecutive_failures",
+        "error_excerpt",
+    )
+    list_filter = ("active", "capture")
+    search_fields = ("name", "url")
+    ordering = ("created_at", "id")
+    fields = (
+        "id",
+        "name",
+        "url",
+        "namespaces",
+        "capture",
+        "active",
+        "status",
+        "lag",
+        "cursor_seq",
+        "last_delivery_at",
+        "next_attempt_at",
+        "consecutive_failures",
+        "deliveries_ok",
+        "deliveries_failed",
+        "last_error",
+        "created_by",
+        "created_at",
+        "updated_at",
+    )  # never ``secret``: it is the HMAC key
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        qs = super().get_queryset(request)
+        readable = admin_roles(request).readable()
+        if readable is None:
+            return qs
+        # Only subscriptions confined to namespaces the user can read: an
+        # all-namespace subscription (empty list) follows unreadable ones too.
+        return qs.filter(namespaces__contained_by=readable).exclude(Q(namespaces=[]))
+
+    @admin.display(description="status")
+    def status(self, obj: Subscription) -> str:
+        if not obj.active:
+            return "paused"
+        if obj.consecutive_failures:
+            retry = ""
+            if obj.next_attempt_at and obj.next_attempt_at > timezone.now():
+                retry = f", retry at {obj.next_attempt_at:%Y-%m-%d %H:%M:%S}"
+            return f"failing ({obj.consecutive_failures} in a row{retry})"
+        return "delivering"
+
+    @admin.display(description="lag (changesets)")
+    def lag(self, obj: Subscription) -> int:
+        return subscription_lag(obj)
+
+    @admin.display(description="last error")
+    def error_excerpt(self, obj: Subscription) -> str:
+        return obj.last_error[:120]
