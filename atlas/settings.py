@@ -60,6 +60,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # gzip for clients that accept it (feed pages, lists, history compress ~5-10x),
+    # keeping entity ETags strong, which Django's own GZipMiddleware would weaken.
+    "atlas.middleware.GZipMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

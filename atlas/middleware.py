@@ -1,0 +1,29 @@
+"""Response compression that keeps entity ETags strong.
+
+Django's ``GZipMiddleware`` turns every strong ``ETag`` into a weak one
+(``"3"`` → ``W/"3"``) when it compresses, because RFC 9110 ties a strong
+validator to the exact bytes sent. Atlas's ETag is not a digest of bytes: it
+is the entity's ``version`` (API.md: ``ETag`` is ``"<version>"``), the
+validator clients send back in ``If-Match`` to make a write conditional, and
+it names the same entity state whether the body travels compressed or not.
+So this subclass compresses exactly as Django's does (same size threshold,
+``Vary: Accept-Encoding``, the same BREACH padding) and then puts back the
+strong tag the view set. Atlas serves no range requests, the one place where
+a coding-specific strong validator would matter. See docs/reliability.md
+("Strong ETags survive compression").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.middleware.gzip import GZipMiddleware as DjangoGZipMiddleware
+
+
+class GZipMiddleware(DjangoGZipMiddleware):
+    def process_response(self, request: Any, response: Any) -> Any:
+        etag = response.get("ETag")
+        response = super().process_response(request, response)
+        if etag and etag.startswith('"') and response.get("ETag") == "W/" + etag:
+            response.headers["ETag"] = etag
+        return response
