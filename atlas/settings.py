@@ -167,6 +167,13 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # PATCH bodies are described as they are validated (required fields stay required).
+    "COMPONENT_SPLIT_PATCH": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "atlas.api.errors.problem_schema_hook",
+        "atlas.api.errors.input_rules_schema_hook",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "RevisionOpEnum": ["create", "update", "delete"],
         "BatchOpKindEnum": ["put", "patch", "delete"],

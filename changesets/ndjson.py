@@ -25,6 +25,8 @@ from entities import validation as v
 from entities.store import EntityKey, EntityStore, StoredEntity
 
 SCHEMA_VERSION = 1
+# As for a comment sent to the API (entities.api.serializers.MAX_COMMENT_LENGTH).
+MAX_COMMENT_LENGTH = 10_000
 ENVELOPE_KEYS = {"schema_version", "changeset_id", "author", "at", "rpc", "branch", "comment"}
 OP_KEYS = {"op", "namespace", "kind", "slug", "before", "after"}
 MEDIA_TYPE = "application/x-ndjson"
@@ -141,6 +143,11 @@ def _load_line(raw: str | bytes, number: int) -> dict[str, Any]:
         raise _fail(number, f"malformed JSON ({exc}).") from exc
     if not isinstance(obj, dict):
         raise _fail(number, "each line must be a JSON object.")
+    try:
+        # Lone UTF-16 surrogates ("\ud800") parse, but cannot be stored or even echoed.
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _fail(number, "strings may not contain unpaired UTF-16 surrogates.") from exc
     return obj
 
 
@@ -160,6 +167,9 @@ def _check_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
         raise _fail(1, "at must be an RFC 3339 timestamp.")
     if envelope["rpc"] not in Rpc.values:
         raise _fail(1, f"rpc must be one of {', '.join(Rpc.values)}.")
+    # The comment becomes the new changeset's: the API's rules for comments apply.
+    if "\x00" in envelope["comment"] or len(envelope["comment"]) > MAX_COMMENT_LENGTH:
+        raise _fail(1, f"comment must be at most {MAX_COMMENT_LENGTH} characters, no U+0000.")
     return envelope
 
 

@@ -11,6 +11,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
+from changesets.principals import SYSTEM_USERNAME
 from entities.validation import SLUG_RE
 
 HEADER = "X-Atlas-Author"
@@ -33,6 +34,9 @@ class DevAuthorHeaderAuthentication(BaseAuthentication):
             return None
         if not SLUG_RE.fullmatch(name) or len(name) > 150:
             raise AuthenticationFailed(f"{HEADER} must be a plain user name.")
+        if name == SYSTEM_USERNAME:
+            # Reserved for operators' commands; creating it here would make it an active user.
+            raise AuthenticationFailed(f"{HEADER} cannot name the system principal.")
         user, _ = get_user_model().objects.get_or_create(username=name)
         if not user.is_active:
             raise AuthenticationFailed("User inactive.")

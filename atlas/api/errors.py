@@ -117,6 +117,116 @@ def _plain_problem(request: HttpRequest, error: atlas.AtlasError) -> JsonRespons
     return JsonResponse(body, status=error.status, content_type=PROBLEM_JSON)
 
 
+# --- the OpenAPI description of errors -------------------------------------------------
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "RFC 9457 problem details (API.md Conventions, Errors).",
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "instance": {"type": "string"},
+        "pointer": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"pointer": {"type": "string"}, "detail": {"type": "string"}},
+                "required": ["pointer", "detail"],
+            },
+        },
+        "conflicts": {"type": "array", "items": {"type": "object"}},
+    },
+    "required": ["type", "title", "status", "detail", "instance"],
+}
+# What the shared plumbing can answer on any operation, whatever its view does:
+# authentication (401), an unreachable database (503); bodies and Idempotency-Key
+# (malformed JSON 400, a key still running 409, body over the limit 413, another
+# Content-Type 415, invalid values or a reused key 422); query strings (a bad page
+# token 400, unknown or invalid parameters 422).
+_COMMON_ERRORS = {"401", "503"}
+_WRITE_ERRORS = {"400", "409", "413", "415", "422"}
+_READ_ERRORS = {"400", "422"}
+_WRITE_METHODS = {"post", "put", "patch", "delete"}
+_STATUS_TEXT = {
+    "400": "Malformed request",
+    "401": "Not authenticated",
+    "403": "Permission denied",
+    "404": "Not found",
+    "409": "Conflict",
+    "412": "Precondition failed",
+    "413": "Payload too large",
+    "415": "Unsupported media type",
+    "422": "Invalid input",
+    "503": "Service unavailable",
+}
+
+
+def problem_schema_hook(result: dict[str, Any], generator: Any, **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing: every error response is ``application/problem+json``.
+
+    Views list their own error statuses; this hook adds the ones every
+    operation shares and describes each 4xx/5xx with the ``Problem`` schema
+    and the media type Atlas really sends.
+    """
+    result.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+    ref = {"$ref": "#/components/schemas/Problem"}
+    for path, item in result.get("paths", {}).items():
+        if not path.startswith("/api/v1/"):
+            continue
+        for method, operation in item.items():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            responses = operation["responses"]
+            extra = _COMMON_ERRORS | (_WRITE_ERRORS if method in _WRITE_METHODS else _READ_ERRORS)
+            for code in extra:
+                responses.setdefault(code, {})
+            for code, response in responses.items():
+                if str(code)[:1] in ("4", "5"):
+                    response["content"] = {PROBLEM_JSON: {"schema": ref}}
+                    if not response.get("description"):
+                        response["description"] = _STATUS_TEXT.get(str(code), "Error")
+            operation["responses"] = dict(sorted(responses.items()))
+    return result
+
+
+# Printable characters that survive an HTTP header (Latin-1), as ``str.isprintable`` counts them.
+IDEMPOTENCY_KEY_PATTERN = r"^[ -~\u00a1-\u00ac\u00ae-\u00ff]{1,255}$"
+
+
+def input_rules_schema_hook(
+    result: dict[str, Any], generator: Any, **kwargs: Any
+) -> dict[str, Any]:
+    """drf-spectacular postprocessing: the input rules every view shares.
+
+    Request bodies refuse unknown fields (422), so their objects are closed;
+    an empty optional query parameter counts as absent; ``page_size`` and
+    ``limit`` below 1 are 422; ``Idempotency-Key`` is 1-255 printable
+    characters (``atlas.api.idempotency``).
+    """
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request") and component.get("type") == "object":
+            component["additionalProperties"] = False
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict):
+                continue
+            for parameter in operation.get("parameters", []):
+                schema = parameter.get("schema", {})
+                if parameter["in"] == "query" and not parameter.get("required"):
+                    # Every view reads an empty query parameter as an absent one.
+                    parameter["allowEmptyValue"] = True
+                if parameter["in"] == "query" and parameter["name"] in ("page_size", "limit"):
+                    schema["minimum"] = 1
+                if parameter["in"] == "header" and parameter["name"] == "Idempotency-Key":
+                    schema.update(
+                        minLength=1, maxLength=255, pattern=IDEMPOTENCY_KEY_PATTERN
+                    )
+    return result
+
+
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Problem+json under /api/; Django's own page for the admin and the rest."""
     if not request.path.startswith("/api/"):

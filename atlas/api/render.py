@@ -31,8 +31,9 @@ def parse_rfc3339(raw: str) -> datetime | None:
         return None
     try:
         value = parse_datetime(raw.upper())
-    except ValueError:
+        if value is None or value.tzinfo is None:
+            return None
+        # In UTC: PostgreSQL refuses offsets beyond ±15:59 that RFC 3339 allows.
+        return value.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    if value is None or value.tzinfo is None:
-        return None
-    return value

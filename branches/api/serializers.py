@@ -6,7 +6,7 @@ describe the same shapes for the OpenAPI schema.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rest_framework import serializers
@@ -15,31 +15,60 @@ from atlas.api.render import rfc3339
 from branches.models import MSG_NAME, Branch, BranchStatus
 from branches.selectors import Diff, OverlayChange, is_valid_name
 from changesets.api.serializers import ChangesetSerializer
+from changesets.models import Changeset
 from entities.api.serializers import (
     Errors,
     check_bool,
     check_comment,
     check_fields,
+    comment_field,
     require_object,
 )
 from entities.store import EntityKey
 
 
-def branch_repr(branch: Branch, readable: Sequence[str] | None) -> dict[str, Any]:
-    """``readable``: the caller's readable namespaces (``None`` = all)."""
+def visible_changeset_ids(
+    branches: Iterable[Branch], readable: Sequence[str] | None
+) -> set[str] | None:
+    """The fork and merge changesets of ``branches`` the caller can see (``None`` = all).
+
+    The fork is whatever baseline changeset was newest when the branch was cut,
+    often in a namespace the caller cannot read: its id must not show (not
+    visible = not there). One query for a whole page of branches.
+    """
+    if readable is None:
+        return None
+    ids = {i for b in branches for i in (b.fork_changeset_id, b.merged_changeset_id) if i}
+    if not ids or not readable:
+        return set()
+    rows = Changeset.objects.filter(pk__in=ids, namespaces__overlap=list(readable))
+    return {str(i) for i in rows.values_list("id", flat=True)}
+
+
+def branch_repr(
+    branch: Branch, readable: Sequence[str] | None, visible: set[str] | None = None
+) -> dict[str, Any]:
+    """``readable``: the caller's readable namespaces (``None`` = all); ``visible``: from
+    :func:`visible_changeset_ids` for a page of branches (computed here when absent)."""
     namespaces = branch.namespaces
     if readable is not None:
         namespaces = [n for n in namespaces if n in set(readable)]
+        if visible is None:
+            visible = visible_changeset_ids([branch], readable)
+
+    def shown(changeset_id: Any) -> str | None:
+        if not changeset_id or (visible is not None and str(changeset_id) not in visible):
+            return None
+        return str(changeset_id)
+
     return {
         "name": branch.name,
         "status": branch.status,
         "created_by": branch.created_by_name,
         "created_at": rfc3339(branch.created_at),
-        "fork_changeset_id": str(branch.fork_changeset_id) if branch.fork_changeset_id else None,
+        "fork_changeset_id": shown(branch.fork_changeset_id),
         "fork_seq": branch.fork_seq,
-        "merged_changeset_id": (
-            str(branch.merged_changeset_id) if branch.merged_changeset_id else None
-        ),
+        "merged_changeset_id": shown(branch.merged_changeset_id),
         "comment": branch.comment,
         "closed_at": rfc3339(branch.closed_at),
         "namespaces": sorted(namespaces),
@@ -104,7 +133,9 @@ class BranchSerializer(serializers.Serializer):
     created_by = serializers.CharField()
     created_at = serializers.DateTimeField()
     fork_changeset_id = serializers.UUIDField(
-        allow_null=True, help_text="Newest baseline changeset when the branch was cut"
+        allow_null=True,
+        help_text="Newest baseline changeset when the branch was cut (null on an empty log,"
+        " or when you cannot see that changeset)",
     )
     fork_seq = serializers.IntegerField(help_text="Its seq (0 on an empty log)")
     merged_changeset_id = serializers.UUIDField(allow_null=True)
@@ -122,7 +153,7 @@ class BranchPageSerializer(serializers.Serializer):
 
 class BranchCreateSerializer(serializers.Serializer):
     name = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-    comment = serializers.CharField(required=False, allow_blank=True)
+    comment = comment_field()
 
 
 class EntityRefSerializer(serializers.Serializer):
@@ -150,7 +181,7 @@ class DiffSerializer(serializers.Serializer):
 
 class MergeBodySerializer(serializers.Serializer):
     dry_run = serializers.BooleanField(required=False, default=False)
-    comment = serializers.CharField(required=False, allow_blank=True)
+    comment = comment_field()
 
 
 class MergeResponseSerializer(serializers.Serializer):

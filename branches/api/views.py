@@ -68,8 +68,12 @@ class BranchListView(APIView):
             rows = rows[:limit]
             token = paging.encode_token(scope, request, {"n": rows[-1].name})
         readable = access.readable_namespaces(request.user)
+        visible = s.visible_changeset_ids(rows, readable)
         return Response(
-            {"results": [s.branch_repr(b, readable) for b in rows], "next_page_token": token}
+            {
+                "results": [s.branch_repr(b, readable, visible) for b in rows],
+                "next_page_token": token,
+            }
         )
 
     @extend_schema(

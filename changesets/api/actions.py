@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import StreamingHttpResponse
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -33,6 +34,7 @@ from entities.api.serializers import (
     check_bool,
     check_comment,
     check_fields,
+    comment_field,
     require_object,
 )
 from entities.api.views import BRANCH_PARAM, IDEMPOTENCY_PARAM
@@ -77,7 +79,7 @@ class RevertView(APIView):
             "RevertBody",
             {
                 "dry_run": serializers.BooleanField(required=False, default=False),
-                "comment": serializers.CharField(required=False, allow_blank=True),
+                "comment": comment_field(),
             },
         ),
         parameters=[BRANCH_PARAM, IDEMPOTENCY_PARAM],
@@ -138,8 +140,20 @@ class NdjsonParser(BaseParser):
         return read_limited(stream, parser_context)
 
 
+class _RequiredFileSchema(AutoSchema):
+    """The file is the request: an absent body is refused (415 without a Content-Type,
+    400 for an empty file), so the OpenAPI document marks the body required."""
+
+    def _get_request_body(self, direction: str = "request") -> dict[str, Any] | None:
+        body = super()._get_request_body(direction)
+        if body:
+            body["required"] = True
+        return body
+
+
 class ImportView(APIView):
     parser_classes = [NdjsonParser]
+    schema = _RequiredFileSchema()
 
     @extend_schema(
         operation_id="changesets_import",

@@ -23,10 +23,11 @@ from atlas.api.render import rfc3339
 from atlas.exceptions import NotFound, PermissionDenied, ValidationFailed
 from changesets import feed
 from changesets import subscriptions as subs
-from changesets.models import Capture, Subscription
+from changesets.models import Capture, Changeset, Subscription
 from entities import access
 from entities import validation as v
-from entities.api.serializers import Errors, check_fields, require_object
+from entities.api.serializers import Errors, check_fields, namespace_field, require_object
+from entities.api.views import NAMESPACE_SCHEMA
 
 PROBLEM = OpenApiTypes.OBJECT
 CAPTURES = [c.value for c in Capture]
@@ -37,7 +38,10 @@ WatermarkSerializer = inline_serializer(
     "FeedWatermark",
     {
         "seq": serializers.IntegerField(),
-        "changeset_id": serializers.UUIDField(allow_null=True),
+        "changeset_id": serializers.UUIDField(
+            allow_null=True,
+            help_text="null on an empty log, or when you cannot see that changeset",
+        ),
         "at": serializers.DateTimeField(allow_null=True),
     },
 )
@@ -104,14 +108,38 @@ SubscriptionPageSerializer = inline_serializer(
         "next_page_token": serializers.CharField(allow_null=True),
     },
 )
+def _name_field(**kwargs: Any) -> serializers.RegexField:
+    # Not blank (a character other than a space), no U+0000.
+    return serializers.RegexField(
+        r"^[^\x00]*[^\x00\s][^\x00]*$", max_length=subs.MAX_NAME_LENGTH, **kwargs
+    )
+
+
+def _url_field(**kwargs: Any) -> serializers.CharField:
+    return serializers.RegexField(
+        r"^https?://",
+        max_length=subs.MAX_URL_LENGTH,
+        help_text="http:// or https:// with a host that resolves (to a public address unless"
+        " ATLAS_ALLOW_PRIVATE_WEBHOOKS).",
+        **kwargs,
+    )
+
+
+def _namespaces_field(**kwargs: Any) -> serializers.ListField:
+    return serializers.ListField(
+        child=namespace_field(),
+        allow_null=True,
+        help_text="Existing namespaces; empty, null or absent = all.",
+        **kwargs,
+    )
+
+
 SubscriptionCreateBody = inline_serializer(
     "SubscriptionCreateBody",
     {
-        "name": serializers.CharField(),
-        "url": serializers.CharField(),
-        "namespaces": serializers.ListField(
-            child=serializers.CharField(), required=False, help_text="Empty or absent = all."
-        ),
+        "name": _name_field(),
+        "url": _url_field(),
+        "namespaces": _namespaces_field(required=False),
         "capture": serializers.ChoiceField(choices=CAPTURES, required=False),
         "active": serializers.BooleanField(required=False),
         "start": serializers.ChoiceField(
@@ -124,9 +152,9 @@ SubscriptionCreateBody = inline_serializer(
 SubscriptionUpdateBody = inline_serializer(
     "SubscriptionUpdateBody",
     {
-        "name": serializers.CharField(required=False),
-        "url": serializers.CharField(required=False),
-        "namespaces": serializers.ListField(child=serializers.CharField(), required=False),
+        "name": _name_field(required=False),
+        "url": _url_field(required=False),
+        "namespaces": _namespaces_field(required=False),
         "capture": serializers.ChoiceField(choices=CAPTURES, required=False),
         "active": serializers.BooleanField(required=False),
         "cursor": serializers.CharField(
@@ -151,8 +179,9 @@ class ChangeFeedView(APIView):
             OpenApiParameter("capture", OpenApiTypes.STR, enum=CAPTURES),
             OpenApiParameter(
                 "namespace",
-                OpenApiTypes.STR,
-                many=True,
+                {"type": "array", "items": NAMESPACE_SCHEMA},
+                style="form",
+                explode=True,
                 description="Only these namespaces (repeatable); always limited to readable ones.",
             ),
             OpenApiParameter("limit", OpenApiTypes.INT, description="Default 100, max 1000."),
@@ -176,11 +205,19 @@ class ChangeFeedView(APIView):
         errors.raise_if_any()
         since = params.get("since")
         after_seq = feed.cursor_decode(since) if since else 0
-        namespaces = feed.effective_namespaces(access.readable_namespaces(request.user), requested)
+        readable = access.readable_namespaces(request.user)
+        namespaces = feed.effective_namespaces(readable, requested)
         page = feed.feed_page(
             after_seq=after_seq, namespaces=namespaces, capture=capture, limit=limit
         )
         body = page.as_dict()
+        mark = body["watermark"]
+        if mark["changeset_id"] and readable is not None:
+            # seq and at stay global (the log's position, public at /log/head); the id of
+            # a changeset the reader cannot see is not shown (not visible = not there).
+            seen = Changeset.objects.filter(pk=mark["changeset_id"], namespaces__overlap=readable)
+            if not readable or not seen.exists():
+                body["watermark"] = {**mark, "changeset_id": None}
         if not page.records and since:
             body["next_cursor"] = since  # an empty page keeps the reader where it was
         return Response(body)
@@ -228,8 +265,15 @@ def subscription_repr(subscription: Subscription, *, secret: bool = False) -> di
 
 def _check_name(body: dict[str, Any], errors: Errors) -> None:
     name = body.get("name")
-    if not isinstance(name, str) or not name.strip() or len(name) > subs.MAX_NAME_LENGTH:
-        errors.add("/name", f"A non-empty string of at most {subs.MAX_NAME_LENGTH} characters.")
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or len(name) > subs.MAX_NAME_LENGTH
+        or "\x00" in name
+    ):
+        errors.add(
+            "/name", f"A non-empty string of at most {subs.MAX_NAME_LENGTH} characters, no U+0000."
+        )
 
 
 def _parse_common(body: dict[str, Any], errors: Errors) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from changesets.models import Changeset, LogHead, Rpc
 from changesets.selectors import changeset_get, changeset_list, changeset_revisions
 from entities import access
 from entities import validation as v
+from entities.api.views import NAMESPACE_SCHEMA
 
 PROBLEM = OpenApiTypes.OBJECT
 _FILTERS = ("branch", "namespace", "author", "rpc", "since", "until")
@@ -67,11 +68,11 @@ class ChangesetListView(APIView):
         parameters=[
             OpenApiParameter(
                 "branch",
-                OpenApiTypes.STR,
+                {"type": "string", "pattern": r"^[^\x00]*$"},
                 description="Absent = all visible; present = that branch; empty = baseline.",
             ),
-            OpenApiParameter("namespace", OpenApiTypes.STR),
-            OpenApiParameter("author", OpenApiTypes.STR),
+            OpenApiParameter("namespace", NAMESPACE_SCHEMA),
+            OpenApiParameter("author", {"type": "string", "pattern": r"^[^\x00]*$"}),
             OpenApiParameter("rpc", OpenApiTypes.STR, enum=[r.value for r in Rpc]),
             OpenApiParameter("since", OpenApiTypes.DATETIME, description="at >= since"),
             OpenApiParameter("until", OpenApiTypes.DATETIME, description="at <= until"),
@@ -91,6 +92,9 @@ class ChangesetListView(APIView):
         rpc = params.get("rpc") or None
         if rpc is not None and rpc not in Rpc.values:
             errors.append({"pointer": "/rpc", "detail": f"One of {', '.join(Rpc.values)}."})
+        for name in ("author", "branch"):
+            if "\x00" in (params.get(name) or ""):
+                errors.append({"pointer": f"/{name}", "detail": "May not contain U+0000."})
         since = _timestamp(request, "since", errors)
         until = _timestamp(request, "until", errors)
         if errors:

@@ -19,7 +19,7 @@ from atlas.api.idempotency import idempotent
 from atlas.api.render import rfc3339
 from atlas.exceptions import NotFound, PermissionDenied
 from entities import access, services
-from entities.api.serializers import Errors, check_fields, require_object
+from entities.api.serializers import Errors, check_fields, namespace_field, require_object
 from entities.models import Namespace
 from entities.selectors import namespace_list
 from entities.validation import MSG_NAMESPACE, is_valid_namespace
@@ -107,7 +107,7 @@ class NamespaceListView(APIView):
         summary="Create a namespace (staff)",
         request=inline_serializer(
             "NamespaceCreate",
-            {"name": serializers.CharField(), "protected": serializers.BooleanField(default=False)},
+            {"name": namespace_field(), "protected": serializers.BooleanField(default=False)},
         ),
         responses={201: NamespaceSerializer, 403: PROBLEM, 409: PROBLEM, 422: PROBLEM},
     )
@@ -171,7 +171,9 @@ class GrantView(APIView):
         )
         if namespace is None:
             raise NotFound("No such namespace.")
-        if principal_type == "user":
+        if "\x00" in principal:  # no user or group can have it (PostgreSQL text cannot)
+            target = None
+        elif principal_type == "user":
             target = get_user_model().objects.filter(username=principal).first()
         elif principal_type == "group":
             target = Group.objects.filter(name=principal).first()

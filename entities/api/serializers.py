@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from atlas.api.render import rfc3339
@@ -262,13 +263,62 @@ def parse_delete_by_query(data: Any) -> dict[str, Any]:
 
 
 # --- schema descriptions -------------------------------------------------------
+#
+# These describe the hand-written parsing above for the OpenAPI document, as
+# exactly as JSON Schema can: types, name patterns, lengths, nullability.
+# What it cannot say (no U+0000 inside content, nesting depth, the size limit,
+# a namespace that must exist) is in the descriptions and answers 422/404/413.
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["*"]}],
+        "nullable": True,
+    }
+)
+class IfMatchField(serializers.JSONField):
+    """``if_match``: a positive integer version or ``"*"``."""
+
+
+NO_NUL = r"^[^\x00]*$"
+
+
+@extend_schema_field(
+    {"type": "string", "maxLength": MAX_COMMENT_LENGTH, "pattern": NO_NUL, "nullable": True}
+)
+class _CommentField(serializers.JSONField):
+    """Any text up to the limit, empty or null included, without U+0000."""
+
+
+@extend_schema_field({"type": "string", "maxLength": 200, "pattern": NO_NUL, "nullable": True})
+class _PrefixField(serializers.JSONField):
+    """A literal slug prefix: up to 200 characters, empty or null included, no U+0000."""
+
+
+def comment_field() -> serializers.Field:
+    # Described, not validated: check_comment() does that, with the same rules.
+    return _CommentField(required=False, allow_null=True, help_text="The client's comment.")
+
+
+def namespace_field(**kwargs: Any) -> serializers.RegexField:
+    return serializers.RegexField(
+        v.NAMESPACE_RE.pattern, max_length=v.NAMESPACE_MAX_LENGTH, **kwargs
+    )
+
+
+def kind_field(**kwargs: Any) -> serializers.RegexField:
+    return serializers.RegexField(v.KIND_RE.pattern, max_length=v.KIND_MAX_LENGTH, **kwargs)
+
+
+def slug_field(**kwargs: Any) -> serializers.RegexField:
+    return serializers.RegexField(v.SLUG_RE.pattern, max_length=200, **kwargs)
 
 
 class EntitySerializer(serializers.Serializer):
     namespace = serializers.CharField()
     kind = serializers.CharField()
     slug = serializers.CharField()
-    content = serializers.JSONField()
+    content = serializers.DictField()
     version = serializers.IntegerField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
@@ -281,35 +331,56 @@ class EntityPageSerializer(serializers.Serializer):
 
 
 class PutBodySerializer(serializers.Serializer):
-    content = serializers.JSONField(help_text="A JSON object")
-    comment = serializers.CharField(required=False, allow_blank=True)
+    content = serializers.DictField(help_text="A JSON object (no U+0000, ≤ 64 levels)")
+    comment = comment_field()
 
 
 class PatchBodySerializer(serializers.Serializer):
-    patch = serializers.JSONField(help_text="RFC 7396 merge patch of content")
-    comment = serializers.CharField(required=False, allow_blank=True)
+    patch = serializers.DictField(help_text="RFC 7396 merge patch of content (an object)")
+    comment = comment_field()
 
 
-class BatchOpSerializer(serializers.Serializer):
-    op = serializers.ChoiceField(choices=["put", "patch", "delete"])
-    namespace = serializers.CharField()
-    kind = serializers.CharField()
-    slug = serializers.CharField()
-    content = serializers.JSONField(required=False, help_text="put only")
-    patch = serializers.JSONField(required=False, help_text="patch only")
-    if_match = serializers.JSONField(required=False, help_text='integer version or "*"')
-    if_none_match = serializers.CharField(required=False, help_text='"*" (put only)')
+class _OpKeySerializer(serializers.Serializer):
+    namespace = namespace_field()
+    kind = kind_field()
+    slug = slug_field()
+    if_match = IfMatchField(required=False, help_text='integer version or "*"')
+
+
+class PutOpSerializer(_OpKeySerializer):
+    op = serializers.ChoiceField(choices=["put"])
+    content = serializers.DictField()
+    if_none_match = serializers.ChoiceField(
+        choices=["*"], required=False, allow_null=True, help_text='"*": create only'
+    )
+
+
+class PatchOpSerializer(_OpKeySerializer):
+    op = serializers.ChoiceField(choices=["patch"])
+    patch = serializers.DictField(help_text="RFC 7396 merge patch of content")
+
+
+class DeleteOpSerializer(_OpKeySerializer):
+    op = serializers.ChoiceField(choices=["delete"])
+
+
+BatchOpSerializer = PolymorphicProxySerializer(
+    component_name="BatchOp",
+    serializers={"put": PutOpSerializer, "patch": PatchOpSerializer, "delete": DeleteOpSerializer},
+    resource_type_field_name="op",
+    many=True,
+)
 
 
 class BatchBodySerializer(serializers.Serializer):
-    ops = BatchOpSerializer(many=True)
-    comment = serializers.CharField(required=False, allow_blank=True)
+    ops = BatchOpSerializer
+    comment = comment_field()
     dry_run = serializers.BooleanField(required=False, default=False)
 
 
 class DeleteByQueryBodySerializer(serializers.Serializer):
-    namespace = serializers.CharField()
-    kind = serializers.CharField(required=False)
-    slug_prefix = serializers.CharField(required=False)
+    namespace = namespace_field()
+    kind = kind_field(required=False, allow_null=True)
+    slug_prefix = _PrefixField(required=False, allow_null=True)
     dry_run = serializers.BooleanField(required=False, default=False)
-    comment = serializers.CharField(required=False, allow_blank=True)
+    comment = comment_field()

@@ -57,13 +57,27 @@ IF_NONE_MATCH_PARAM = OpenApiParameter(
     "If-None-Match",
     OpenApiTypes.STR,
     OpenApiParameter.HEADER,
-    description="PUT: * means create-only. GET: an ETag answers 304 when it still matches.",
+    description="An ETag (or a list of them, or *): 304 when it still matches.",
+)
+IF_NONE_MATCH_PUT_PARAM = OpenApiParameter(
+    "If-None-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    enum=["*"],
+    description="* means create-only (412 when the entity exists); nothing else is accepted.",
 )
 PAGE_PARAMS = [
     OpenApiParameter("page_size", OpenApiTypes.INT, description="Default 50, max 500."),
     OpenApiParameter("page_token", OpenApiTypes.STR, description="Opaque; from next_page_token."),
 ]
 PROBLEM = OpenApiTypes.OBJECT
+# Query filters by name: an invalid name is 422 (an empty one means "no filter").
+NAMESPACE_SCHEMA = {
+    "type": "string",
+    "pattern": v.NAMESPACE_RE.pattern,
+    "maxLength": v.NAMESPACE_MAX_LENGTH,
+}
+KIND_SCHEMA = {"type": "string", "pattern": v.KIND_RE.pattern, "maxLength": v.KIND_MAX_LENGTH}
 
 WriteResponseSerializer = inline_serializer(
     "EntityWriteResponse",
@@ -207,9 +221,11 @@ class EntityListView(APIView):
         operation_id="entities_list",
         summary="List entities in (namespace, kind, slug) order",
         parameters=[
-            OpenApiParameter("namespace", OpenApiTypes.STR),
-            OpenApiParameter("kind", OpenApiTypes.STR),
-            OpenApiParameter("slug_prefix", OpenApiTypes.STR),
+            OpenApiParameter("namespace", NAMESPACE_SCHEMA),
+            OpenApiParameter("kind", KIND_SCHEMA),
+            OpenApiParameter(
+                "slug_prefix", {"type": "string", "maxLength": 200, "pattern": s.NO_NUL}
+            ),
             *PAGE_PARAMS,
             *AS_OF_PARAMS,
             BRANCH_PARAM,
@@ -242,7 +258,9 @@ class EntityListView(APIView):
         after = None
         if position is not None:
             if position.get("f") != digest or not isinstance(position.get("k"), list):
-                raise paging.BadRequest("The page token belongs to another listing.")
+                raise paging.BadRequest(
+                    "The page token belongs to another listing.", pointer="/page_token"
+                )
             after = EntityKey(*position["k"])
         read = functools.partial(asof.entities_as_of, seq=pinned.seq) if pinned else store.list
         rows = read(
@@ -303,7 +321,7 @@ class EntityDetailView(APIView):
         operation_id="entities_put",
         summary="Create or replace an entity's content",
         request=s.PutBodySerializer,
-        parameters=[BRANCH_PARAM, IF_MATCH_PARAM, IF_NONE_MATCH_PARAM, IDEMPOTENCY_PARAM],
+        parameters=[BRANCH_PARAM, IF_MATCH_PARAM, IF_NONE_MATCH_PUT_PARAM, IDEMPOTENCY_PARAM],
         responses={
             200: WriteResponseSerializer,
             201: WriteResponseSerializer,
@@ -350,7 +368,7 @@ class EntityDetailView(APIView):
     @extend_schema(
         operation_id="entities_delete",
         summary="Delete an entity (its history stays)",
-        request=inline_serializer("DeleteBody", {"comment": serializers.CharField(required=False)}),
+        request=inline_serializer("DeleteBody", {"comment": s.comment_field()}),
         parameters=[BRANCH_PARAM, IF_MATCH_PARAM, IDEMPOTENCY_PARAM],
         responses={200: WriteResponseSerializer, **{c: PROBLEM for c in (403, 404, 409, 412)}},
     )
@@ -383,7 +401,7 @@ class EntityHistoryView(APIView):
         position = paging.page_position(scope, request)
         before_seq = position.get("s") if position else None
         if before_seq is not None and not isinstance(before_seq, int):
-            raise paging.BadRequest("The page token is invalid.")
+            raise paging.BadRequest("The page token is invalid.", pointer="/page_token")
         rows = entity_history(key=key, branch=store.branch, before_seq=before_seq, limit=limit + 1)
         if not rows and position is None and not entity_has_history(key=key, branch=store.branch):
             raise NotFound("No such entity.")

@@ -550,3 +550,11 @@ def test_a_trailing_newline_in_a_batch_slug_is_422(staff, namespace, client_for)
     )
     assert response.status_code == 422
     assert response.json()["errors"][0]["pointer"] == "/ops/0/slug"
+
+
+@pytest.mark.parametrize(
+    "value", ["0409-02-16T04:14:34+20:03", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"]
+)
+def test_timestamps_with_extreme_offsets_are_422_or_read_never_500(staff, client_for, value):
+    response = client_for(staff).get("/api/v1/changesets", {"since": value})
+    assert response.status_code in (200, 422), response.content
