@@ -13,11 +13,12 @@ ENSURE_DB = @if [ -z "$$DATABASE_URL" ]; then \
 	echo "==> embedded PostgreSQL in .atlas/pgdata"; $(PY) -m atlas.embedded start; fi
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test lint fmt migrate db-start db-stop worker clean browser
+.PHONY: help venv run test stress lint fmt migrate db-start db-stop worker clean browser
 
 help:
 	@echo "make run       virtualenv, database, migrate, demo user, then web (gunicorn) + worker"
 	@echo "make test      ruff check, then pytest (pass options in PYTEST_ARGS=...)"
+	@echo "make stress    the reliability harnesses at full size (~30 min; docs/reliability.md)"
 	@echo "make lint      ruff check and ruff format --check"
 	@echo "make fmt       ruff format and ruff check --fix"
 	@echo "make migrate   apply migrations"
@@ -26,6 +27,8 @@ help:
 	@echo "make venv      create $(VENV) and install requirements.txt"
 	@echo "make clean     remove caches and collected static files (keeps $(VENV) and data)"
 	@echo "make browser   install Debian's chromium for the e2e admin tests (as root; never fails)"
+	@echo "make bench     benchmarks vs the peers (installs bench/requirements.txt; ~30 min)"
+	@echo "make bench-smoke  the same suite at CI size (a minute or two; scratch output)"
 
 venv: $(STAMP)
 
@@ -67,6 +70,13 @@ test: venv browser
 	$(ENSURE_DB)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The reliability harnesses (tests/reliability) at full size; `make test` runs them bounded.
+# Figures go to .atlas/reliability/results.jsonl and into docs/reliability.md by hand.
+stress: venv
+	$(ENSURE_DB)
+	ATLAS_STRESS=1 $(PY) -m pytest tests/reliability -m "not e2e" \
+		-rA --durations=0 $(PYTEST_ARGS)
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -88,6 +98,26 @@ db-stop: venv
 worker: venv
 	$(ENSURE_DB)
 	$(PY) -m celery -A atlas worker -B --loglevel=INFO --schedule .atlas/celerybeat-schedule
+
+# Benchmarks against django-simple-history, django-reversion and django-pghistory
+# (bench/run_all.py; docs/benchmarks.md). The peers go into .venv only for this.
+BENCH_STAMP := $(VENV)/.bench-installed
+.PHONY: bench bench-smoke
+
+$(BENCH_STAMP): bench/requirements.txt $(STAMP)
+	$(PY) -m pip install --disable-pip-version-check -r bench/requirements.txt
+	@touch $@
+
+# The full run: writes docs/benchmarks.md and docs/benchmarks/*.png.
+bench: venv $(BENCH_STAMP)
+	$(ENSURE_DB)
+	$(PY) bench/run_all.py $(BENCH_ARGS)
+
+# CI size, own database (atlas_bench_smoke), output to .atlas/bench-smoke (not the docs).
+bench-smoke: venv $(BENCH_STAMP)
+	$(ENSURE_DB)
+	$(PY) bench/run_all.py --smoke --doc .atlas/bench-smoke/benchmarks.md \
+		--plots .atlas/bench-smoke $(BENCH_ARGS)
 
 clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -14,24 +14,45 @@ from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-BENCH_DB = "atlas_bench"
+# ATLAS_BENCH_DB lets a caller (the CI smoke test) use a database of its own.
+BENCH_DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench"
 
 
-def setup() -> None:
-    import psycopg
-
-    url = os.environ.get("DATABASE_URL")
+def server_url() -> str:
+    """The URL of the server to benchmark on (DATABASE_URL, else the embedded one)."""
+    url = os.environ.get("ATLAS_BENCH_SERVER_URL") or os.environ.get("DATABASE_URL")
     if not url:
         from atlas.embedded import database_url
 
         url = database_url()
-    parts = urlsplit(url)
+    # Remembered, so a second setup() in this process (or a child) finds the server
+    # even after DATABASE_URL has been pointed at a benchmark database.
+    os.environ["ATLAS_BENCH_SERVER_URL"] = url
+    return url
+
+
+def database_url(name: str) -> str:
+    """The URL of database ``name`` on the benchmark server, creating the database if needed."""
+    import psycopg
+
+    parts = urlsplit(server_url())
     admin_url = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]).fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if not exists:
-            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + BENCH_DB))
+            conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def setup(settings: str | None = None, database: str | None = None) -> None:
+    """Point Django at a benchmark database (``atlas_bench`` unless told), migrate it.
+
+    ``settings`` overrides DJANGO_SETTINGS_MODULE (default: the environment's,
+    else ``atlas.settings``); ``bench.settings`` adds the peers and the plain model.
+    """
+    os.environ["DATABASE_URL"] = database_url(database or BENCH_DB)
+    if settings:
+        os.environ["DJANGO_SETTINGS_MODULE"] = settings
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "atlas.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     # Post-commit tasks are enqueued (that cost is measured) into a broker no
@@ -45,9 +66,15 @@ def setup() -> None:
     call_command("migrate", verbosity=0)
 
 
+def doc_path() -> Path:
+    """docs/benchmarks.md, or ATLAS_BENCH_DOC (the smoke test writes to a scratch file)."""
+    override = os.environ.get("ATLAS_BENCH_DOC")
+    return Path(override) if override else ROOT / "docs" / "benchmarks.md"
+
+
 def write_section(title: str, body: str) -> None:
     """Replace (or append) one ``## title`` section of docs/benchmarks.md."""
-    path = ROOT / "docs" / "benchmarks.md"
+    path = doc_path()
     text = (
         path.read_text()
         if path.exists()

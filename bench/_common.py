@@ -1,0 +1,217 @@
+"""Helpers shared by the benchmarks against the peers (bench/run_all.py runs them all).
+
+Every part script:
+
+- takes ``--smoke`` (tiny sizes: the CI smoke test) and ``--json PATH`` (its results,
+  for the driver's summary);
+- writes its own ``## …`` section of docs/benchmarks.md (``ATLAS_BENCH_DOC`` redirects
+  it) and its plot into docs/benchmarks/ (``ATLAS_BENCH_PLOTS`` redirects them);
+- bounds every loop by a count and by a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from _setup import ROOT, doc_path
+
+PEER_PACKAGES = ("django-simple-history", "django-reversion", "django-pghistory")
+
+
+def bench_env() -> None:
+    """Production-like settings for every benchmark process (children inherit them).
+
+    DEBUG off (no query log, no debug pages), a throw-away secret, local hosts only.
+    """
+    os.environ.setdefault("DEBUG", "0")
+    os.environ.setdefault("SECRET_KEY", "atlas-benchmark-only-not-a-secret")
+    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+    os.environ.setdefault("ATLAS_ALLOW_PRIVATE_WEBHOOKS", "1")  # the feed's local receiver
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+
+def database(smoke: bool) -> str:
+    """The benchmark database: a separate one for smoke runs, so tiny populations
+    (reused by later runs) never end up in the one the full run measures."""
+    explicit = os.environ.get("ATLAS_BENCH_DB")
+    if explicit:
+        return explicit
+    return "atlas_bench_smoke" if smoke else "atlas_bench"
+
+
+def plots_dir() -> Path:
+    path = Path(os.environ.get("ATLAS_BENCH_PLOTS") or ROOT / "docs" / "benchmarks")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def pct(samples: Iterable[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest rank; NaN for no samples."""
+    data = sorted(samples)
+    if not data:
+        return float("nan")
+    rank = max(1, min(len(data), round(q / 100 * len(data) + 0.5)))
+    return data[rank - 1]
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples),
+        "p50": statistics.median(samples) if samples else float("nan"),
+        "p95": pct(samples, 95),
+        "p99": pct(samples, 99),
+        "mean": statistics.fmean(samples) if samples else float("nan"),
+        "min": min(samples) if samples else float("nan"),
+        "max": max(samples) if samples else float("nan"),
+    }
+
+
+def timed_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    value = fn()
+    return (time.perf_counter() - start) * 1000, value
+
+
+def repeat_ms(fn: Callable[[], Any], count: int, *, seconds: float, warm: int = 1) -> list[float]:
+    """Run ``fn`` ``warm`` times untimed, then up to ``count`` timed runs within ``seconds``."""
+    for _ in range(warm):
+        fn()
+    deadline = time.monotonic() + seconds
+    samples: list[float] = []
+    for _ in range(count):
+        samples.append(timed_ms(fn)[0])
+        if time.monotonic() > deadline:
+            break
+    return samples
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("Django", "djangorestframework", "psycopg", "gunicorn", "celery", *PEER_PACKAGES):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out[name] = importlib.metadata.version(name)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        mem_kb = 0
+    return {
+        "node": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "load": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def pg_version() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        return cursor.fetchone()[0]
+
+
+def peers_available() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "BENCH_PEERS", False))
+
+
+def header(command: str) -> str:
+    """The provenance line every section starts with."""
+    m = machine()
+    v = versions()
+    return (
+        f"Measured {m['date']} on {m['node']} ({m['cores']} cores, {m['cpu']}), "
+        f"load average {m['load'][0]:.2f}/{m['load'][1]:.2f}/{m['load'][2]:.2f} at the start; "
+        f"Python {v['python']}, Django {v.get('Django', '?')}, PostgreSQL {pg_version()}.\n"
+        f"Command: `{command}`."
+    )
+
+
+def write_json(path: str | None, data: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(data, indent=1, default=str))
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            if value != value:  # NaN
+                return "–"
+            return f"{value:.2f}" if abs(value) < 100 else f"{value:,.0f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def image(name: str, alt: str) -> str:
+    """Markdown for a plot in the plots folder, relative to the doc; '' if it was not drawn."""
+    path = plots_dir() / name
+    if not path.exists():
+        return ""
+    rel = os.path.relpath(path, doc_path().parent)
+    return f"![{alt}]({rel})"
+
+
+def plot(
+    name: str,
+    series: dict[str, tuple[list[float], list[float]]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = False,
+    logy: bool = False,
+) -> Path | None:
+    """A line plot of ``{label: (xs, ys)}`` as PNG in the plots folder; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for label, (xs, ys) in series.items():
+        style = {"linewidth": 2.6, "color": "black"} if label.startswith("Atlas") else {}
+        ax.plot(xs, ys, marker="o", label=label, **style)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = plots_dir() / name
+    fig.savefig(path)
+    plt.close(fig)
+    return path

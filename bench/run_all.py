@@ -1,0 +1,360 @@
+"""The whole benchmark suite against the peers, in one run: ``make bench``.
+
+    .venv/bin/python bench/run_all.py [--smoke] [--only writes,http,...] [--doc PATH] [--plots DIR]
+
+Runs each part as its own process (each binds Django to its database once), in
+this order, each with a time limit:
+
+    writes   bench/writes_vs_peers.py   1 single writes, 2 batches, 7 storage (+ profile)
+    http     bench/http_throughput.py   6 gunicorn PUT throughput, Atlas vs plain DRF
+    feed     bench/feed_lag.py          5 feed page time, commit-to-receipt lag
+    asof     bench/asof_vs_peers.py     4 as-of pages vs depth, vs django-simple-history
+    legacy   bench/asof.py, bench/batch_write.py (refresh their own sections)
+    history  bench/history_pages.py     3 history page at 10k / 1M / 10M revisions
+
+then writes the summary section (targets met or missed, by how much) and
+leaves every part's own section and plot in docs/benchmarks.md and
+docs/benchmarks/. ``--smoke`` is the CI-size version: tiny sizes, its own
+database (``atlas_bench_smoke``), and (unless told otherwise) a scratch doc.
+Without the peers installed (``pip install -r bench/requirements.txt``) the
+suite measures Atlas, the plain baseline and raw psycopg only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from _common import bench_env, header, image, machine, table, versions  # noqa: E402
+from _setup import doc_path, setup, write_section  # noqa: E402
+
+SUMMARY = "Against the peers: summary"
+WHY = "Against the peers: where Atlas misses a target, and why"
+# The sections this suite owns, in reading order (created empty on the first run, so
+# each part's section lands in its place whatever order the parts run in).
+SECTIONS = [
+    SUMMARY,
+    WHY,
+    "Against the peers 1. Single-entity writes",
+    "Against the peers 2. Batches as one transaction",
+    "Against the peers 3. Entity history page vs total revisions",
+    "Against the peers 4. As-of pages vs depth",
+    "Against the peers 5. Change feed",
+    "Against the peers 6. HTTP throughput (gunicorn)",
+    "Against the peers 7. Storage per revision",
+    "Against the peers: profile of Atlas's single-entity write",
+]
+# name, script, full-run args, smoke args, time limit (s) for the full run
+PARTS = [
+    ("writes", "writes_vs_peers.py", ["--profile"], ["--smoke"], 600),
+    ("http", "http_throughput.py", [], ["--smoke"], 300),
+    ("feed", "feed_lag.py", [], ["--smoke"], 240),
+    ("asof", "asof_vs_peers.py", [], ["--smoke"], 600),
+    (
+        "legacy-asof",
+        "asof.py",
+        [],
+        ["--entities", "200", "--updates-per-entity", "10", "--repeat", "3", "--page", "50"],
+        300,
+    ),
+    (
+        "legacy-batch",
+        "batch_write.py",
+        [],
+        ["--ops", "50", "--rounds", "1", "--singles", "10"],
+        240,
+    ),
+    ("history", "history_pages.py", [], ["--smoke"], 1200),
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: the CI smoke test")
+    parser.add_argument("--only", default="", help="comma-separated part names")
+    parser.add_argument("--skip", default="", help="comma-separated part names")
+    parser.add_argument(
+        "--doc", default=None, help="markdown to write (default docs/benchmarks.md)"
+    )
+    parser.add_argument(
+        "--plots", default=None, help="folder for the PNGs (default docs/benchmarks)"
+    )
+    parser.add_argument(
+        "--history-sizes", default="10000,1000000,10000000", help="revisions per history stage"
+    )
+    parser.add_argument("--budget-minutes", type=float, default=30, help="for the whole run")
+    args = parser.parse_args()
+    bench_env()
+    if args.doc:
+        os.environ["ATLAS_BENCH_DOC"] = str(Path(args.doc).resolve())
+    if args.plots:
+        os.environ["ATLAS_BENCH_PLOTS"] = str(Path(args.plots).resolve())
+    if args.smoke:
+        os.environ.setdefault("ATLAS_BENCH_DB", "atlas_bench_smoke")
+    only = {p for p in args.only.split(",") if p}
+    skip = {p for p in args.skip.split(",") if p}
+    started = time.monotonic()
+    load_start = machine()["load"]
+    setup(settings="bench.settings", database=os.environ.get("ATLAS_BENCH_DB"))
+    from django.conf import settings
+
+    peers = bool(getattr(settings, "BENCH_PEERS", False))
+    print(
+        f"bench: peers {'installed' if peers else 'NOT installed (Atlas, plain, raw only)'};"
+        f" load average {load_start}",
+        flush=True,
+    )
+    existing = doc_path().read_text() if doc_path().exists() else ""
+    for title in SECTIONS:
+        if f"## {title}\n" not in existing:
+            write_section(title, "_Not measured yet: run `make bench`._")
+    write_section(SUMMARY, "_Run in progress…_")
+
+    results: dict[str, dict] = {}
+    failures: dict[str, str] = {}
+    scratch = Path(tempfile.mkdtemp(prefix="atlas-bench-"))
+    for name, script, full_args, smoke_args, limit in PARTS:
+        if (only and name not in only) or name in skip:
+            continue
+        argv = [sys.executable, str(BENCH / script), *(smoke_args if args.smoke else full_args)]
+        if name == "history" and not args.smoke:
+            # The history part goes last and gets what is left of the run's budget: a
+            # size whose population would not fit is skipped, and the doc says so.
+            left = args.budget_minutes * 60 - (time.monotonic() - started) - 30
+            argv += ["--sizes", args.history_sizes, "--budget", f"{max(left, 60):.0f}"]
+            limit = max(left, 60) + 300
+        out = scratch / f"{name}.json"
+        if not name.startswith("legacy"):
+            argv += ["--json", str(out)]
+        part_started = time.monotonic()
+        print(f"bench: {name} ({' '.join(argv[1:])}) ...", flush=True)
+        try:
+            subprocess.run(argv, check=True, timeout=limit, cwd=BENCH.parent)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            failures[name] = str(exc)
+            print(f"bench: {name} FAILED: {exc}", flush=True)
+        if out.exists():
+            results[name] = json.loads(out.read_text())
+        print(f"bench: {name} took {time.monotonic() - part_started:.0f} s", flush=True)
+
+    total = time.monotonic() - started
+    text = summary_text(results, failures, peers, args, total, load_start)
+    write_section(SUMMARY, text)
+    print(text)
+    return 1 if failures else 0
+
+
+def fmt_ratio(value: float) -> str:
+    return "–" if value != value else f"{value:.2f}×"
+
+
+def summary_text(results, failures, peers, args, total, load_start) -> str:
+    """The targets table, headline numbers and plots, from the parts' JSON."""
+    nan = float("nan")
+    cmd = "make bench-smoke" if args.smoke else "make bench"
+    load_end = machine()["load"]
+    v = versions()
+    lines = [
+        header(cmd).replace(" at the start", ""),
+        f"Load average (1/5/15 min) at the start of the run {load_start[0]:.2f}/"
+        f"{load_start[1]:.2f}/{load_start[2]:.2f}, at the end {load_end[0]:.2f}/"
+        f"{load_end[1]:.2f}/{load_end[2]:.2f}; the whole run took {total / 60:.1f} min.",
+        "Peers: "
+        + (
+            ", ".join(
+                f"{p} {v[p]}"
+                for p in ("django-simple-history", "django-reversion", "django-pghistory")
+                if p in v
+            )
+            if peers
+            else "**not installed** (`pip install -r bench/requirements.txt`): Atlas, plain and"
+            " raw psycopg only"
+        )
+        + f"; DRF {v.get('djangorestframework', '?')}, gunicorn {v.get('gunicorn', '?')},"
+        f" Celery {v.get('celery', '?')}, psycopg {v.get('psycopg', '?')}.",
+        "",
+        "Medians, and ratios to a baseline measured in the same run; each part's section below"
+        " has the details, p95/p99 and the method.",
+        "",
+    ]
+    rows = []
+    w = results.get("writes", {})
+    single = w.get("single", {})
+    if single:
+        a = single.get("Atlas service", {})
+        peers_txt = ", ".join(
+            f"{k.replace('django-', '')} {fmt_ratio(single[k]['ratio'])}"
+            for k in ("django-pghistory", "django-simple-history", "django-reversion")
+            if k in single
+        )
+        rows.append(
+            [
+                "1 single-entity write, Atlas service p50 vs plain get()+save()",
+                "≤ 1.2×",
+                f"{fmt_ratio(a.get('ratio', nan))} ({a.get('p50', nan):.2f} vs"
+                f" {single['plain get()+save()']['p50']:.2f} ms)",
+                verdict(a.get("ratio", nan) <= 1.2, a.get("ratio", nan), 1.2),
+                peers_txt or "–",
+            ]
+        )
+        h = single.get("Atlas PUT (in-process HTTP)", {})
+        ph = single.get("plain DRF endpoint (in-process HTTP)", {})
+        if h and ph:
+            rows.append(
+                [
+                    "1 single-entity write over HTTP (in-process), Atlas PUT vs plain DRF endpoint",
+                    "–",
+                    f"{h['p50'] / ph['p50']:.2f}× ({h['p50']:.2f} vs {ph['p50']:.2f} ms)",
+                    "",
+                    "",
+                ]
+            )
+    batch = w.get("batch", {}).get("impls", {})
+    if batch:
+        a = batch.get("Atlas service (one changeset)", {})
+        size = w["batch"]["size"]
+        peers_txt = ", ".join(
+            f"{k.replace('django-', '').replace(' save() loop', '')} {fmt_ratio(v['ratio'])}"
+            for k, v in batch.items()
+            if k.endswith("save() loop") and not k.startswith("plain")
+        )
+        rows.append(
+            [
+                f"2 {size}-row batch, Atlas one changeset vs plain save() loop",
+                "≤ 0.5×",
+                f"{fmt_ratio(a.get('ratio', nan))} ({a.get('p50', nan):.0f} vs"
+                f" {batch['plain save() loop']['p50']:.0f} ms; {a.get('queries', '?')} queries"
+                f" vs {batch['plain save() loop']['queries']})",
+                verdict(a.get("ratio", nan) <= 0.5, a.get("ratio", nan), 0.5),
+                peers_txt or "–",
+            ]
+        )
+    hist = results.get("history", {}).get("sizes", [])
+    if hist:
+        first, last = hist[0], hist[-1]
+        ratio = last["selector"]["p50"] / first["selector"]["p50"]
+        rows.append(
+            [
+                f"3 history page at {last['revisions']:,} vs {first['revisions']:,} revisions",
+                "≤ 1.3×",
+                f"{fmt_ratio(ratio)} ({last['selector']['p50']:.2f} vs"
+                f" {first['selector']['p50']:.2f} ms)",
+                verdict(ratio <= 1.3, ratio, 1.3),
+                "not measured for the peers",
+            ]
+        )
+        for total_, why in results["history"].get("skipped", []):
+            rows.append([f"3 history page at {total_:,} revisions", "", "not measured", why, ""])
+    asof = results.get("asof", {}).get("rows", {})
+    if asof.get("Atlas"):
+        atlas = asof["Atlas"]
+        cur = atlas["current"]["p50"]
+        depths = [k for k in atlas if k != "current"]
+        worst = max(depths, key=lambda d: atlas[d]["p50"])
+        ratio = atlas[worst]["p50"] / cur
+        sh = asof.get("django-simple-history", {})
+        sh_txt = ", ".join(
+            f"{int(d):,} back {sh[d]['p50']:.0f} ms" if "p50" in sh.get(d, {}) else f"{d}: timeout"
+            for d in depths
+            if d in sh
+        )
+        rows.append(
+            [
+                f"4 as-of page, worst depth ({int(worst):,} back) vs current",
+                "≤ 2×",
+                f"{fmt_ratio(ratio)} ({atlas[worst]['p50']:.2f} vs {cur:.2f} ms)",
+                verdict(ratio <= 2, ratio, 2),
+                f"simple-history as_of: {sh_txt}" if sh_txt else "–",
+            ]
+        )
+    feed = results.get("feed", {})
+    if feed:
+        page = feed["page"]
+        rows.append(
+            [
+                f"5 feed page of {page['records']:.0f} records (server, in-process)",
+                "–",
+                f"{page['selector']['p50']:.1f} ms; over HTTP {page['http']['p50']:.1f} ms",
+                "",
+                "",
+            ]
+        )
+        for mode, lag in feed.get("lag", {}).items():
+            rows.append(
+                [
+                    f"5 commit → subscriber lag, {mode}",
+                    "–",
+                    f"p50 {lag['p50']:.0f} ms, p99 {lag['p99']:.0f} ms"
+                    f" ({lag['received']}/{lag['written']} received)",
+                    "",
+                    "",
+                ]
+            )
+    http = results.get("http", {}).get("results", {})
+    if http.get("atlas"):
+        for clients in sorted(http["atlas"], key=int):
+            a, p = http["atlas"][clients], http["plain"][clients]
+            share = a["throughput"] / p["throughput"]
+            rows.append(
+                [
+                    f"6 HTTP PUT, {clients} client(s): Atlas vs plain DRF throughput",
+                    "≥ 70%",
+                    f"{share:.0%} ({a['throughput']:.0f} vs {p['throughput']:.0f} PUT/s;"
+                    f" p99 {a['p99']:.0f} vs {p['p99']:.0f} ms)",
+                    "met" if share >= 0.7 else f"**missed** by {0.7 - share:.0%} points",
+                    "",
+                ]
+            )
+    storage = w.get("storage", {}).get("per_write", {})
+    if storage:
+        atlas_bytes = next((v["bytes"] for k, v in storage.items() if k.startswith("Atlas")), nan)
+        rows.append(
+            [
+                "7 log bytes per single-entity write (rows + index share)",
+                "–",
+                f"Atlas {atlas_bytes:,.0f} B",
+                "",
+                ", ".join(
+                    f"{k.split(' (')[0].replace('django-', '')} {v['bytes']:,.0f} B"
+                    for k, v in storage.items()
+                    if not k.startswith("Atlas")
+                )
+                or "–",
+            ]
+        )
+    lines.append(table(["measure", "target", "Atlas", "verdict", "peers (same run)"], rows))
+    if failures:
+        lines += ["", "**Parts that failed in this run:**", ""]
+        lines += [f"- `{name}`: {why}" for name, why in failures.items()]
+    plots = [
+        ("history_page_vs_revisions.png", "history page time vs total revisions"),
+        ("asof_vs_depth.png", "as-of page time vs depth"),
+        ("throughput_vs_clients.png", "throughput vs concurrent clients"),
+        ("batch_time_vs_size.png", "batch time vs batch size"),
+    ]
+    shown = [image(name, alt) for name, alt in plots]
+    shown = [s for s in shown if s]
+    if shown:
+        lines += ["", *[s + "\n" for s in shown]]
+    return "\n".join(lines)
+
+
+def verdict(ok: bool, value: float, target: float) -> str:
+    if value != value:
+        return "not measured"
+    if ok:
+        return "met"
+    return f"**missed** ({value / target:.1f}× the target)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
