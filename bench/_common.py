@@ -25,6 +25,9 @@ from typing import Any
 from _setup import ROOT, doc_path
 
 PEER_PACKAGES = ("django-simple-history", "django-reversion", "django-pghistory")
+# When this process (one part of the suite) started, and the load average then.
+STARTED_AT = time.strftime("%Y-%m-%d %H:%M %Z")
+STARTED_LOAD = os.getloadavg()
 
 
 def bench_env() -> None:
@@ -144,10 +147,12 @@ def header(command: str) -> str:
     """The provenance line every section starts with."""
     m = machine()
     v = versions()
+    start, end = STARTED_LOAD, m["load"]
     return (
-        f"Measured {m['date']} on {m['node']} ({m['cores']} cores, {m['cpu']}), "
-        f"load average {m['load'][0]:.2f}/{m['load'][1]:.2f}/{m['load'][2]:.2f} at the start; "
-        f"Python {v['python']}, Django {v.get('Django', '?')}, PostgreSQL {pg_version()}.\n"
+        f"Measured {STARTED_AT} on {m['node']} ({m['cores']} cores, {m['cpu']}); load average"
+        f" (1/5/15 min) {start[0]:.2f}/{start[1]:.2f}/{start[2]:.2f} when this part started,"
+        f" {end[0]:.2f}/{end[1]:.2f}/{end[2]:.2f} when it ended; Python {v['python']},"
+        f" Django {v.get('Django', '?')}, PostgreSQL {pg_version()}.\n"
         f"Command: `{command}`."
     )
 
@@ -188,6 +193,7 @@ def plot(
     ylabel: str,
     logx: bool = False,
     logy: bool = False,
+    ymin0: bool = False,
 ) -> Path | None:
     """A line plot of ``{label: (xs, ys)}`` as PNG in the plots folder; None without matplotlib."""
     try:
@@ -198,13 +204,22 @@ def plot(
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    atlas_seen = 0
     for label, (xs, ys) in series.items():
-        style = {"linewidth": 2.6, "color": "black"} if label.startswith("Atlas") else {}
-        ax.plot(xs, ys, marker="o", label=label, **style)
+        style: dict[str, Any] = {"marker": "o"}
+        if label.startswith("Atlas"):  # Atlas thick: the first in black, others dark grey
+            style.update(linewidth=2.6, color="black" if atlas_seen == 0 else "dimgray")
+            style["marker"] = "o" if atlas_seen == 0 else "s"
+            atlas_seen += 1
+        if "current" in label:  # a reference line, not a measured curve
+            style.update(linestyle="--", marker=None)
+        ax.plot(xs, ys, label=label, **style)
     if logx:
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
+    elif ymin0:
+        ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

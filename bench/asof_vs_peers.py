@@ -218,7 +218,7 @@ def main() -> None:
         + f". Page of {page} entities in slug order; median of {repeat} runs for Atlas"
         f" (in-process, through the selectors) and of {max(3, repeat // 5)} for"
         " django-simple-history (`SHItem.history.as_of(at).filter(namespace=…)"
-        ".order_by('slug')[:500]`, the `at` of the same changeset).",
+        f".order_by('slug')[:{page}]`, the `at` of the same changeset).",
         "",
         table(headers, out_rows),
         "",

@@ -350,6 +350,7 @@ def main() -> None:
         xlabel="revisions in the log",
         ylabel="ms (median)",
         logx=True,
+        ymin0=True,
     )
     cmd = ".venv/bin/python bench/history_pages.py" + (" --smoke" if args.smoke else "")
     lines = [

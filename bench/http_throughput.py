@@ -255,6 +255,7 @@ def main() -> None:
         title=f"PUT throughput vs concurrent clients (gunicorn, {args.workers} sync workers)",
         xlabel="concurrent clients",
         ylabel="successful PUTs per second",
+        ymin0=True,
     )
     cmd = ".venv/bin/python bench/http_throughput.py" + (" --smoke" if smoke else "")
     lines = [

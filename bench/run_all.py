@@ -119,9 +119,22 @@ def main() -> int:
             write_section(title, "_Not measured yet: run `make bench`._")
     write_section(SUMMARY, "_Run in progress…_")
 
+    # Each part's results are kept (git-ignored .atlas/bench-results, or a scratch folder for
+    # smoke runs), so a rerun of some parts (--only) still gets a summary of all of them.
+    results_dir = (
+        Path(tempfile.mkdtemp(prefix="atlas-bench-"))
+        if args.smoke
+        else BENCH.parent / ".atlas" / "bench-results"
+    )
+    results_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
+    for stored in results_dir.glob("*.json"):
+        results[stored.stem] = json.loads(stored.read_text())
     failures: dict[str, str] = {}
     scratch = Path(tempfile.mkdtemp(prefix="atlas-bench-"))
+    when: dict[str, str] = {
+        name: f"{r.get('_when', '?')}, load {r.get('_load', '?')}" for name, r in results.items()
+    }
     for name, script, full_args, smoke_args, limit in PARTS:
         if (only and name not in only) or name in skip:
             continue
@@ -136,18 +149,27 @@ def main() -> int:
         if not name.startswith("legacy"):
             argv += ["--json", str(out)]
         part_started = time.monotonic()
-        print(f"bench: {name} ({' '.join(argv[1:])}) ...", flush=True)
+        m = machine()
+        print(f"bench: {name} ({' '.join(argv[1:])}), load {m['load']} ...", flush=True)
         try:
             subprocess.run(argv, check=True, timeout=limit, cwd=BENCH.parent)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             failures[name] = str(exc)
             print(f"bench: {name} FAILED: {exc}", flush=True)
         if out.exists():
-            results[name] = json.loads(out.read_text())
+            result = json.loads(out.read_text())
+            result["_when"] = m["date"]
+            result["_load"] = f"{m['load'][0]:.2f}"
+            result["_seconds"] = round(time.monotonic() - part_started)
+            results[name] = result
+            when[name] = f"{m['date']}, load {m['load'][0]:.2f}"
+            (results_dir / f"{name}.json").write_text(json.dumps(result, default=str))
         print(f"bench: {name} took {time.monotonic() - part_started:.0f} s", flush=True)
 
     total = time.monotonic() - started
     text = summary_text(results, failures, peers, args, total, load_start)
+    text += "\n\nWhen each part's figures above were measured (1-minute load average at its start):"
+    text += " " + "; ".join(f"{name} {when[name]}" for name in sorted(when)) + "."
     write_section(SUMMARY, text)
     print(text)
     return 1 if failures else 0
@@ -161,13 +183,10 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
     """The targets table, headline numbers and plots, from the parts' JSON."""
     nan = float("nan")
     cmd = "make bench-smoke" if args.smoke else "make bench"
-    load_end = machine()["load"]
     v = versions()
     lines = [
-        header(cmd).replace(" at the start", ""),
-        f"Load average (1/5/15 min) at the start of the run {load_start[0]:.2f}/"
-        f"{load_start[1]:.2f}/{load_start[2]:.2f}, at the end {load_end[0]:.2f}/"
-        f"{load_end[1]:.2f}/{load_end[2]:.2f}; the whole run took {total / 60:.1f} min.",
+        header(cmd).replace("this part", "the run"),
+        f"The whole run took {total / 60:.1f} min.",
         "Peers: "
         + (
             ", ".join(
