@@ -149,7 +149,8 @@ def header(command: str) -> str:
     v = versions()
     start, end = STARTED_LOAD, m["load"]
     return (
-        f"Measured {STARTED_AT} on {m['node']} ({m['cores']} cores, {m['cpu']}); load average"
+        f"Measured {STARTED_AT} on {m['node']} ({m['cores']} cores, {m['cpu']},"
+        f" {m['memory_gib']} GiB); load average"
         f" (1/5/15 min) {start[0]:.2f}/{start[1]:.2f}/{start[2]:.2f} when this part started,"
         f" {end[0]:.2f}/{end[1]:.2f}/{end[2]:.2f} when it ended; Python {v['python']},"
         f" Django {v.get('Django', '?')}, PostgreSQL {pg_version()}.\n"
