@@ -22,6 +22,7 @@ from entities.api.serializers import (
     check_comment,
     check_fields,
     comment_field,
+    is_empty_body,
     require_object,
 )
 from entities.store import EntityKey
@@ -110,7 +111,7 @@ def parse_create(data: Any) -> tuple[str, str]:
 
 def parse_merge(data: Any) -> tuple[bool, str]:
     """``{"dry_run"?, "comment"?}``; an empty body is fine."""
-    if data in (None, {}, b"", ""):
+    if is_empty_body(data):
         return False, ""
     body = require_object(data)
     errors = Errors()

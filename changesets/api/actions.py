@@ -92,8 +92,7 @@ class RevertView(APIView):
     def post(self, request: Request, changeset_id: str) -> Response:
         changeset = get_visible_changeset(request, changeset_id)
         store = store_for(request)
-        data = request.data if request.data not in (None, b"", "") else {}
-        data = require_object(data)
+        data = require_object(request.data)
         errors = Errors()
         check_fields(data, errors, "", required=set(), optional={"dry_run", "comment"})
         dry_run = check_bool(data, "dry_run", errors)

@@ -20,6 +20,7 @@ from atlas.api.render import rfc3339
 from atlas.exceptions import NotFound, PermissionDenied
 from entities import access, services
 from entities.api.serializers import Errors, check_fields, namespace_field, require_object
+from entities.api.views import PAGE_PARAMS
 from entities.models import Namespace
 from entities.selectors import namespace_list
 from entities.validation import MSG_NAMESPACE, is_valid_namespace
@@ -75,6 +76,7 @@ class NamespaceListView(APIView):
     @extend_schema(
         operation_id="namespaces_list",
         summary="Namespaces you can read",
+        parameters=PAGE_PARAMS,
         responses={
             200: inline_serializer(
                 "NamespacePage",

@@ -218,9 +218,17 @@ def parse_patch(data: Any) -> tuple[dict[str, Any], str]:
     return patch, comment  # type: ignore[return-value]
 
 
+def is_empty_body(data: Any) -> bool:
+    """No body at all: DRF hands the view an empty dict (or QueryDict).
+
+    A body that is JSON ``""`` or ``null`` is a body, and not an object: 422.
+    """
+    return isinstance(data, dict) and not data
+
+
 def parse_optional_comment(data: Any) -> str:
     """DELETE may carry ``{"comment"}``; an empty body is fine."""
-    if data in (None, {}, b"", ""):
+    if is_empty_body(data):
         return ""
     body = require_object(data)
     errors = Errors()
