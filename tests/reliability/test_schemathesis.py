@@ -18,15 +18,18 @@ does not exist, U+0000 or nesting inside content). Those are dropped through
 Schemathesis's ``filter_failure`` hook and counted, never silently; so are
 "negative" cases whose negative value reaches the server as valid text
 (``namespace=null``: the JSON null of an array parameter, sent as the valid
-name ``null``), which no server could tell apart.
+name ``null``), which no server could tell apart, and ``use_after_free`` on a
+branch: ``DELETE /branches/{name}`` abandons it, and an abandoned branch stays
+readable by design.
 
 A second test walks the same document and puts hostile strings (U+0000, lone
 surrogates, 5,000 characters, control characters) into every string input of
 every operation, one at a time: 4xx, never a 5xx.
 
 Sizes: ``ATLAS_STRESS=1`` runs ``STRESS_EXAMPLES`` (100) examples per
-operation and phase; the CI run uses ``CI_EXAMPLES``. Figures are printed
-(``pytest -s``) and recorded in docs/reliability.md.
+operation and phase with a new seed; the CI run uses ``CI_EXAMPLES`` and a fixed
+seed (``ATLAS_FUZZ_SEED`` overrides either). Figures are printed (``pytest -s``)
+and recorded in docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import collections
 import gzip
 import json
 import os
+import random
 import time
 import uuid
 from typing import Any
@@ -59,6 +63,9 @@ STRESS = os.environ.get("ATLAS_STRESS") == "1"
 STRESS_EXAMPLES = 100
 CI_EXAMPLES = 4
 EXAMPLES = STRESS_EXAMPLES if STRESS else CI_EXAMPLES
+SEED = int(
+    os.environ.get("ATLAS_FUZZ_SEED") or (random.SystemRandom().getrandbits(64) if STRESS else 7)
+)
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -283,6 +290,8 @@ def build_schema(world: dict[str, str]) -> Any:
     schema.location = "/api/schema/"
     schema.config.update(headers={"Authorization": f"Token {world['token']}"})
     schema.config.generation.update(max_examples=EXAMPLES)
+    # CI replays one seed (no flakes in a shared pipeline); full runs draw a new one.
+    schema.config.seed = SEED
     schema.config.output.sanitization.enabled = False  # test-database tokens only
     # A failed precondition (If-Match, If-None-Match: *) answers the entity's state, as
     # 404 and 409 do, which Schemathesis already accepts for schema-valid input.
@@ -306,6 +315,13 @@ def test_schemathesis_finds_no_failures(seeded, in_process_transport):
             return False
         if type(failure).__name__ == "AcceptedNegativeData" and sent_query_is_valid(raw, case):
             filtered[f"serialized-valid {case.operation.label}"] += 1
+            return False
+        if type(failure).__name__ == "UseAfterFree" and " /api/v1/branches/" in str(
+            getattr(failure, "free", "")
+        ):
+            # DELETE /branches/{name} abandons the branch; it stays readable with status
+            # "abandoned" (API.md Branches; names are never reused, the log names it).
+            filtered["abandoned branch still readable"] += 1
             return False
         return True
 
@@ -352,7 +368,8 @@ def test_schemathesis_finds_no_failures(seeded, in_process_transport):
 
     total = sum(calls.values())
     print(
-        f"\nschemathesis: {EXAMPLES} examples/operation, {len(calls)} labels, {total} requests,"
+        f"\nschemathesis (seed {SEED}): {EXAMPLES} examples/operation, {len(calls)} labels,"
+        f" {total} requests,"
         f" {len(failures)} failures, {sum(filtered.values())} semantic rejections filtered"
     )
     print(f"  phases: {phases}")
@@ -381,6 +398,7 @@ def test_schemathesis_finds_no_failures(seeded, in_process_transport):
 HOSTILE = ["\x00", "a\x00b", "\ud800", "x" * 5000, "\x7f\x1b[0m", "../..", "%00", "' OR 1=1 --"]
 # What a URL or a header can carry of those (a lone surrogate cannot be encoded).
 RAW_URL = ["%00", "a%00b", "%ED%A0%80", "%FF", "x" * 3000, "..%2F..", "%27%20OR%201%3D1"]
+NOT_OBJECTS = [b'""', b"null", b"[]", b"0", b'"x"', b"true", b"[{}]"]
 HEADER_VALUES = ["\x00", "a\x00b", "x" * 3000, "\x7f", "' OR 1=1 --"]
 
 
@@ -527,6 +545,11 @@ def _hostile_requests(raw: dict[str, Any], world: dict[str, str]) -> list[tuple]
                         out.append(
                             (op_id, method, url(), "", {p["name"]: bad}, encode(body), ctype)
                         )
+            if body is not None and op_id != "changesets_import":
+                # A body that is JSON but not an object ("" and null included) is 422,
+                # never taken for "no body".
+                for whole in NOT_OBJECTS:
+                    out.append((op_id, method, url(), "", {}, whole, ctype))
             for slot in _string_slots(body) if body is not None else []:
                 for bad in HOSTILE:
                     out.append(
@@ -558,6 +581,8 @@ def test_hostile_strings_in_every_input_are_refused_never_a_500(seeded):
             )
             continue
         statuses[response.status_code] += 1
+        if body in NOT_OBJECTS and response.status_code < 400:
+            failures.append(f"{response.status_code} for a non-object body {body!r}: {op_id}")
         if response.status_code >= 500:
             failures.append(f"{op_id}: {path}?{query} {headers} {body!r}"[:300])
         elif response.status_code >= 400:

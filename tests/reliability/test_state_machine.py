@@ -21,7 +21,8 @@ in order, record for record.
 
 Each example works in a namespace of its own (``sm.<hex>``), so examples
 share the test transaction without seeing each other and the append-only log
-never needs truncating. ``ATLAS_STRESS=1``: 200 examples x 30 steps; CI: fewer.
+never needs truncating. ``ATLAS_STRESS=1``: 200 examples x 30 steps, random;
+CI: 20 x 25, derandomized (the same examples every run).
 """
 
 from __future__ import annotations
@@ -516,6 +517,10 @@ def test_state_machine_matches_the_model(db):
             stateful_step_count=STEPS,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            # CI replays one fixed set of examples (no flakes, and the coverage asserts
+            # below hold); the full run draws new ones every time.
+            derandomize=not STRESS,
+            database=None if not STRESS else settings.default.database,
         ),
     )
     print(f"\nstate machine: {EXAMPLES} examples x {STEPS} steps: {dict(sorted(STATS.items()))}")
