@@ -70,10 +70,7 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
     so the state they see right after this one is the state at ``at``.
     """
     return (
-        visible_changesets(namespaces)
-        .filter(branch=BASELINE, at__lte=at)
-        .order_by("-seq")
-        .first()
+        visible_changesets(namespaces).filter(branch=BASELINE, at__lte=at).order_by("-seq").first()
     )
 
 

@@ -221,9 +221,7 @@ def input_rules_schema_hook(
                 if parameter["in"] == "query" and parameter["name"] in ("page_size", "limit"):
                     schema["minimum"] = 1
                 if parameter["in"] == "header" and parameter["name"] == "Idempotency-Key":
-                    schema.update(
-                        minLength=1, maxLength=255, pattern=IDEMPOTENCY_KEY_PATTERN
-                    )
+                    schema.update(minLength=1, maxLength=255, pattern=IDEMPOTENCY_KEY_PATTERN)
     return result
 
 

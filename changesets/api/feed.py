@@ -108,6 +108,8 @@ SubscriptionPageSerializer = inline_serializer(
         "next_page_token": serializers.CharField(allow_null=True),
     },
 )
+
+
 def _name_field(**kwargs: Any) -> serializers.RegexField:
     # Not blank (a character other than a space), no U+0000.
     return serializers.RegexField(
