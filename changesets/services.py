@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
 from changesets import chain
+from changesets.hooks import run_write_hooks
 from changesets.models import (
     BASELINE,
     Changeset,
@@ -388,6 +389,7 @@ def _apply_once(
         revision.seq = seq
     _insert_revisions(changeset, revisions)
     _set_head_hash(changeset.hash)
+    run_write_hooks(changeset)
     if branch == BASELINE:
         JournalEntry.objects.create(changeset=changeset, created_at=at)
         transaction.on_commit(lambda: _publish_after_commit(changeset_id))
