@@ -52,11 +52,12 @@ def populate(cursor, entities: int, updates: int) -> None:
     cursor.execute(
         """
         INSERT INTO changesets_revision
-            (changeset_id, seq, branch, namespace, kind, slug, op, before, after,
+            (changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,
              before_version, after_version)
         SELECT (lpad(to_hex((1700000000000 + g)::bigint), 12, '0') || '7000' || '8'
                 || lpad(to_hex(%(base)s + g), 15, '0'))::uuid,
-               %(base)s + g, '', %(ns)s, 'item', 'e' || lpad((r %% %(e)s)::text, 6, '0'),
+               %(base)s + g, '', to_timestamp((1700000000000 + g) / 1000.0),
+               %(ns)s, 'item', 'e' || lpad((r %% %(e)s)::text, 6, '0'),
                CASE WHEN r < %(e)s THEN 'create' ELSE 'update' END,
                CASE WHEN r < %(e)s THEN NULL
                     ELSE jsonb_build_object('v', r / %(e)s - 1, 'payload', %(p)s) END,

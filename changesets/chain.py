@@ -106,6 +106,17 @@ def verify(changesets: Iterator[tuple[Any, list[Any]]], *, head: Any) -> tuple[i
                 str(changeset.id),
                 f"{len(revisions)} revision rows, op_count says {changeset.op_count}",
             )
+        for revision in revisions:
+            if (revision.seq, revision.at, revision.branch) != (
+                changeset.seq,
+                changeset.at,
+                changeset.branch,
+            ):
+                return checked, Break(
+                    changeset.seq,
+                    str(changeset.id),
+                    f"revision {revision.pk}'s seq, at or branch differs from its changeset's",
+                )
         computed = changeset_hash(
             prev_hash=prev, changeset=changeset, revisions_hex=revisions_digest(revisions)
         )

@@ -104,13 +104,14 @@ class Revision(AppendOnlyModel):
     """One entity's before and after images across one changeset.
 
     Each row is true on its own (both images), so history never depends on an
-    unbroken chain. ``seq`` and ``branch`` are copied from the changeset so the
-    history and as-of indexes need no join.
+    unbroken chain. ``seq``, ``branch`` and ``at`` are copied from the changeset
+    so history and as-of reads need no join (``verify_log`` checks the copies).
     """
 
     changeset = models.ForeignKey(Changeset, on_delete=models.DO_NOTHING, related_name="revisions")
     seq = models.BigIntegerField()
     branch = models.CharField(max_length=63, blank=True, default=BASELINE)
+    at = models.DateTimeField()
     namespace = models.CharField(max_length=200)
     kind = models.CharField(max_length=100)
     slug = models.CharField(max_length=200)

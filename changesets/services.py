@@ -387,6 +387,7 @@ def _apply_once(
     for revision in revisions:
         revision.changeset = changeset
         revision.seq = seq
+        revision.at = at
     _insert_revisions(changeset, revisions)
     _set_head_hash(changeset.hash)
     run_write_hooks(changeset)
@@ -438,9 +439,9 @@ def _insert_revisions(changeset: Changeset, revisions: Sequence[Revision]) -> No
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO changesets_revision (changeset_id, seq, branch, namespace, kind, slug,"
-            " op, before, after, before_version, after_version)"
-            " SELECT %s, %s, %s, r.ns, r.kind, r.slug, r.op, r.before, r.after, r.bv, r.av"
+            "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace, kind,"
+            " slug, op, before, after, before_version, after_version)"
+            " SELECT %s, %s, %s, %s, r.ns, r.kind, r.slug, r.op, r.before, r.after, r.bv, r.av"
             " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[],"
             " %s::jsonb[], %s::int[], %s::int[])"
             " WITH ORDINALITY AS r(ns, kind, slug, op, before, after, bv, av, n) ORDER BY r.n",
@@ -448,6 +449,7 @@ def _insert_revisions(changeset: Changeset, revisions: Sequence[Revision]) -> No
                 changeset.id,
                 changeset.seq,
                 changeset.branch,
+                changeset.at,
                 column("namespace"),
                 column("kind"),
                 column("slug"),

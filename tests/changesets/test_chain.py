@@ -77,7 +77,7 @@ def _tamper(rng: random.Random) -> str:
     """One random single-row edit or deletion in the changeset or revision table."""
     with connection.cursor() as cursor:
         _disable_guards(cursor)
-        choice = rng.randrange(8)
+        choice = rng.randrange(10)
         if choice == 0:
             cursor.execute(
                 "UPDATE changesets_changeset SET author_name = 'mallory'"
@@ -130,6 +130,19 @@ def _tamper(rng: random.Random) -> str:
                 " (SELECT 1 FROM changesets_revision r WHERE r.changeset_id = c.id)"
             )
             return "changeset deleted"
+        if choice == 7:
+            # The copies of the changeset's time and seq that as-of and history read.
+            cursor.execute(
+                "UPDATE changesets_revision SET at = at - interval '1 day'"
+                " WHERE id = (SELECT id FROM changesets_revision ORDER BY random() LIMIT 1)"
+            )
+            return "revision at"
+        if choice == 8:
+            cursor.execute(
+                "UPDATE changesets_revision SET seq = seq + 1000"
+                " WHERE id = (SELECT id FROM changesets_revision ORDER BY random() LIMIT 1)"
+            )
+            return "revision seq"
         cursor.execute(
             "UPDATE changesets_revision SET slug = slug || 'x'"
             " WHERE id = (SELECT id FROM changesets_revision ORDER BY random() LIMIT 1)"

@@ -74,6 +74,7 @@ def branch_changeset(actor, path: str, content: dict) -> Changeset:
     Revision(
         changeset=changeset,
         seq=changeset.seq,
+        at=changeset.at,
         branch="feature",
         namespace=k.namespace,
         kind=k.kind,
