@@ -92,15 +92,26 @@ def populate(cursor, entities: int, updates: int) -> None:
     print(f"populated in {time.perf_counter() - started:.0f} s")
 
 
-def timed(fn, repeat: int) -> tuple[float, float]:
-    fn()  # warm the cache
-    samples = []
+def timed_together(fns: list, repeat: int) -> list[tuple[float, float]]:
+    """Median and p95 ms of each function, run in interleaved rounds.
+
+    Interleaving (round r runs every read once) means a load spike from
+    whatever else shares the machine hits every read alike, so the ratios to
+    the current page hold up better than times measured one read after another.
+    """
+    for fn in fns:
+        fn()  # warm the cache
+    samples: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    samples.sort()
-    return statistics.median(samples), samples[int(len(samples) * 0.95) - 1]
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            samples[i].append((time.perf_counter() - start) * 1000)
+    out = []
+    for series in samples:
+        series.sort()
+        out.append((statistics.median(series), series[max(0, int(len(series) * 0.95) - 1)]))
+    return out
 
 
 def main() -> None:
@@ -130,7 +141,7 @@ def main() -> None:
     def live() -> list:
         return baseline.list(namespaces=None, namespace=NS, limit=args.page)
 
-    rows = [("current entities", *timed(live, args.repeat), len(live()))]
+    reads = [("current entities", live)]
     for depth in (10, 10_000, 500_000):
         seq = head - depth
         if seq < first:
@@ -139,7 +150,13 @@ def main() -> None:
         def page(seq: int = seq) -> list:
             return entities_as_of(seq=seq, namespaces=None, namespace=NS, limit=args.page)
 
-        rows.append((f"as of {depth:,} changesets back", *timed(page, args.repeat), len(page())))
+        reads.append((f"as of {depth:,} changesets back", page))
+    rows = [
+        (name, median, p95, len(fn()))
+        for (name, fn), (median, p95) in zip(
+            reads, timed_together([fn for _, fn in reads], args.repeat), strict=True
+        )
+    ]
 
     # The same pages through the HTTP API (in-process test client, no network):
     # what a client pays, rendering included.
@@ -157,17 +174,20 @@ def main() -> None:
         response = client.get(url + query)
         assert response.status_code == 200, response.content[:300]
 
-    http_rows = [("current entities", *timed(http, args.repeat))]
+    http_reads = [("current entities", http)]
     for depth in (10, 10_000, 500_000):
         target = Changeset.objects.filter(seq=head - depth).first()
         if target is None:
             continue
-        http_rows.append(
-            (
-                f"as of {depth:,} changesets back",
-                *timed(lambda t=target: http(f"&as_of={t.id}"), args.repeat),
-            )
+        http_reads.append(
+            (f"as of {depth:,} changesets back", lambda t=target: http(f"&as_of={t.id}"))
         )
+    http_rows = [
+        (name, median, p95)
+        for (name, _), (median, p95) in zip(
+            http_reads, timed_together([fn for _, fn in http_reads], args.repeat), strict=True
+        )
+    ]
 
     where, params = entity_filters(
         "namespace",
@@ -179,17 +199,22 @@ def main() -> None:
         slug_prefix=None,
         after=None,
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + _AS_OF_SQL.format(where=where),
-            [head - 500_000, *params, args.page + 32, head - 500_000],
-        )
-        plan = "\n".join(r[0] for r in cursor.fetchall())
+    plans = {}
+    for depth in (10, 500_000):
+        seq = max(first, head - depth)
+        with connection.cursor() as cursor:
+            for _ in range(3):  # the last of three: warm, like the timed runs
+                cursor.execute(
+                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + _AS_OF_SQL.format(where=where),
+                    [seq, *params, args.page + 32, seq, seq],
+                )
+                plans[depth] = "\n".join(r[0] for r in cursor.fetchall())
 
     base_median = rows[0][1]
     lines = [
         f"{revisions:,} revisions over {args.entities:,} entities; page of {args.page};"
-        f" median and p95 of {args.repeat} runs, in-process through the selectors.",
+        f" median and p95 of {args.repeat} interleaved rounds, in-process through the"
+        " selectors.",
         "Command: `.venv/bin/python bench/asof.py`.",
         "",
         "| read | median ms | p95 ms | rows | × current |",
@@ -208,14 +233,15 @@ def main() -> None:
     ]
     for name, median, p95 in http_rows:
         lines.append(f"| {name} | {median:.2f} | {p95:.2f} | {median / http_rows[0][1]:.2f} |")
-    lines += [
-        "",
-        "EXPLAIN ANALYZE of the as-of page 500,000 changesets back:",
-        "",
-        "```",
-        plan,
-        "```",
-    ]
+    for depth, plan in plans.items():
+        lines += [
+            "",
+            f"EXPLAIN ANALYZE of the as-of page {depth:,} changesets back:",
+            "",
+            "```",
+            plan,
+            "```",
+        ]
     text = "\n".join(lines)
     print(text)
     write_section("As-of pages at any depth", text)

@@ -8,9 +8,11 @@ depend on how far back X is:
 1. Walk the keys that were ever created, in key order, off the partial index
    ``revision_creates`` (one row per key life), taking per key the newest
    create at or before X: that is the start of the life current at X, and its
-   changeset's time is the entity's ``created_at``.
+   time (``Revision.at``, the changeset's) is the entity's ``created_at``.
 2. For each such key, seek its newest revision at or before X on
-   ``revision_history``. A delete there means the key was absent at X.
+   ``revision_asof`` (a hash of the key, then seq: see the SQL below and
+   migration 0007 for why not ``revision_history``). A delete there means the
+   key was absent at X.
 3. Walk in batches of the page size (plus slack) until the page is full;
    each further batch is four times larger, so a long run of keys deleted at
    X costs a few round trips, never a scan of everything. (A single statement
@@ -29,31 +31,63 @@ from changesets.models import BASELINE, Changeset
 from changesets.selectors import visible_changesets
 from entities.store import EntityKey, StoredEntity, entity_filters, row_to_entity
 
+# The key's hash as ``revision_asof`` indexes it (migration 0007): the planner
+# matches the expression, so it must be spelled the same way here.
+KEY_HASH = "hashtextextended({t}.namespace || '/' || {t}.kind || '/' || {t}.slug, 0)"
+
 # One batch of the key walk: ``batch`` keys created at or before X, in key
 # order, each with its newest revision at or before X (``after`` null: the key
 # was deleted at X). The LIMIT sits on the walk itself, so the cost follows
 # the batch, not the number of keys or the depth of history.
-_AS_OF_SQL = """
-SELECT c.namespace, c.kind, c.slug, r.after, r.after_version, cc.at, rc.at, r.changeset_id
+#
+# The seek ``h`` runs on ``revision_asof`` (hash of the key, seq). If another
+# key with the same hash has a newer revision at or before X, ``h`` returns
+# that one (``hit`` false) and ``x`` seeks the real key on ``revision_history``;
+# ``x`` is gated by a one-time filter, so it costs nothing when ``h`` hit.
+# Times come from the revisions themselves (``Revision.at``): no changeset
+# probes.
+
+
+def _as_of_sql(key_hash: str) -> str:
+    """The as-of statement with ``key_hash`` (a template over table alias ``{t}``)."""
+    return _AS_OF_TEMPLATE.replace("{r_hash}", key_hash.format(t="r")).replace(
+        "{c_hash}", key_hash.format(t="c")
+    )
+
+
+_AS_OF_TEMPLATE = """
+SELECT c.namespace, c.kind, c.slug,
+       CASE WHEN h.hit THEN h.after ELSE x.after END,
+       CASE WHEN h.hit THEN h.after_version ELSE x.after_version END,
+       c.at,
+       CASE WHEN h.hit THEN h.at ELSE x.at END,
+       CASE WHEN h.hit THEN h.changeset_id ELSE x.changeset_id END
 FROM (
-    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, seq, changeset_id
+    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, at
     FROM changesets_revision
     WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}
     ORDER BY namespace, kind, slug, seq DESC
     LIMIT %s
 ) c
 CROSS JOIN LATERAL (
-    SELECT r.after, r.after_version, r.changeset_id
+    SELECT (r.namespace, r.kind, r.slug) = (c.namespace, c.kind, c.slug) AS hit,
+           r.after, r.after_version, r.at, r.changeset_id
     FROM changesets_revision r
-    WHERE r.branch = '' AND r.namespace = c.namespace AND r.kind = c.kind
+    WHERE r.branch = '' AND {r_hash} = {c_hash} AND r.seq <= %s
+    ORDER BY r.seq DESC
+    LIMIT 1
+) h
+LEFT JOIN LATERAL (
+    SELECT r.after, r.after_version, r.at, r.changeset_id
+    FROM changesets_revision r
+    WHERE NOT h.hit AND r.branch = '' AND r.namespace = c.namespace AND r.kind = c.kind
       AND r.slug = c.slug AND r.seq <= %s
     ORDER BY r.seq DESC
     LIMIT 1
-) r
-JOIN changesets_changeset cc ON cc.id = c.changeset_id
-JOIN changesets_changeset rc ON rc.id = r.changeset_id
+) x ON TRUE
 ORDER BY c.namespace, c.kind, c.slug
 """
+_AS_OF_SQL = _as_of_sql(KEY_HASH)
 # Extra keys per batch, so a few keys deleted at X rarely cost a second round trip.
 _SLACK = 32
 
@@ -99,7 +133,7 @@ def entities_as_of(
             after=after,
         )
         with connection.cursor() as cursor:
-            cursor.execute(_AS_OF_SQL.format(where=where), [seq, *params, batch, seq])
+            cursor.execute(_AS_OF_SQL.format(where=where), [seq, *params, batch, seq, seq])
             rows = cursor.fetchall()
         out.extend(row_to_entity(row) for row in rows if row[3] is not None)
         if len(out) >= limit or len(rows) < batch:
@@ -112,6 +146,6 @@ def entity_as_of(*, seq: int, key: EntityKey) -> StoredEntity | None:
     """One entity as it stood right after changeset ``seq`` (None if absent then)."""
     sql = _AS_OF_SQL.format(where="namespace = %s AND kind = %s AND slug = %s")
     with connection.cursor() as cursor:
-        cursor.execute(sql, [seq, key.namespace, key.kind, key.slug, 1, seq])
+        cursor.execute(sql, [seq, key.namespace, key.kind, key.slug, 1, seq, seq])
         row = cursor.fetchone()
     return row_to_entity(row) if row and row[3] is not None else None
