@@ -10,8 +10,10 @@ class IdempotencyRecord(models.Model):
     """The first response to (principal, Idempotency-Key), replayed on retries.
 
     The row is inserted (committed) before the request runs, with
-    ``response_status`` null: a concurrent retry finds it and answers 409
-    instead of writing a second changeset.
+    ``response_status`` null. ``changeset_id`` is set inside the write's own
+    transaction (``changesets.hooks``), so it is non-null exactly when the
+    request's changeset committed: a record without a response tells a retry
+    whether the lost attempt wrote anything (``atlas.api.idempotency``).
     """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
@@ -24,6 +26,9 @@ class IdempotencyRecord(models.Model):
     response_body = models.BinaryField(null=True)
     response_content_type = models.CharField(max_length=100, blank=True, default="")
     response_headers = models.JSONField(default=dict)
+    # A plain id, not a foreign key: the log is append-only (the changeset can
+    # never go away) and the cross-cutting app stays free of changesets' migrations.
+    changeset_id = models.UUIDField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -1,28 +1,68 @@
 """``Idempotency-Key`` for every mutating endpoint (API.md "Idempotency").
 
-1. The key is claimed by inserting a row in its own, committed transaction,
-   so a concurrent retry sees it at once and answers 409 (never a second
-   changeset).
-2. The handler runs. A response below 500 (success, or a client error such
-   as 412) is stored as rendered bytes and replayed byte for byte.
-3. A 5xx or an unexpected exception releases the claim, so the client may
-   retry with the same key.
+A retry must be able to tell three states of an earlier attempt apart, even
+after that attempt's process was killed or PostgreSQL restarted under it:
+*still running* (answer 409), *dead and wrote nothing* (run the request
+again), *dead after its write committed* (never write again). Two pieces of
+state give that answer, and both live where a crash cannot leave them wrong:
 
-Known window: a process killed between the write's commit and step 2 leaves
-the claim without a response; retries get 409 until the claim ages out
-(``ATLAS_IDEMPOTENCY_TTL_HOURS``).
+1. **Liveness is a PostgreSQL session advisory lock** on a 64-bit hash of
+   (user, key), taken with ``pg_try_advisory_lock`` before the record is read
+   or inserted and held until the response is stored. PostgreSQL drops it by
+   itself when the session ends — process killed, connection cut, server
+   restarted — so "nobody holds the lock" means "nobody is working on this
+   key" without timers, heartbeats or clock comparisons. A flag or timestamp
+   in the record could not do that: a dead attempt cannot clear its flag (the
+   bug this replaced: a claim stuck for 24 h after a database outage), and a
+   lease long enough for a write queued behind the log head would also keep a
+   dead claim for that long.
+2. **What was written is marked in the write's own transaction**: the
+   wrapper registers a ``changesets.hooks.in_write_transaction`` callback that
+   sets the record's ``changeset_id`` next to the changeset row. The mark
+   commits exactly when the changeset does, so a record without a stored
+   response says whether its attempt's write landed.
+
+A retry that takes the lock and finds a record without a response therefore
+knows the attempt is dead; unmarked, it deletes the record and runs the
+request again; marked, it answers 409 ``idempotency-response-lost`` naming the
+changeset (the response itself cannot be rebuilt generally: each endpoint
+renders its own body). A retry that cannot take the lock replays a stored
+response, or answers 422 for a different request, or 409 "in progress".
+
+Why an advisory lock rather than a row lock or a second connection: the lock
+lives in the request's own session, costs one round trip each way, blocks
+nobody (``try``), and needs no extra connection per request. Its limits:
+it needs a session of its own for the request, so it does not work behind a
+transaction-pooling PgBouncer (session pooling or direct connections only);
+session locks are re-entrant, so the wrapper also refuses a key this very
+connection already holds (a nested call in one thread), and if unlocking fails
+it closes the connection, so a lock can never outlive its request in a reused
+persistent connection. A hash collision between two live keys costs a
+spurious 409 for one of them (odds about 2^-64 per pair).
+
+Writes that are not changesets (namespaces, grants, branch create/abandon,
+subscriptions) do not pass through the write hook, so for them "dead and
+unmarked" cannot prove that nothing committed; a retry runs them again,
+which for all but ``POST /subscriptions`` finds the state already there (or
+answers as a second identical request would). docs/api.md says so.
+
+Each attempt works on its own record row (a rerun deletes the dead one and
+inserts a new one), and every later statement names the row by primary key,
+so a stale attempt whose session died can never touch a newer attempt's row.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.http import HttpResponse
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
@@ -32,6 +72,9 @@ from rest_framework.response import Response
 from atlas.api.errors import problem_exception_handler, problem_for
 from atlas.exceptions import Conflict, ValidationFailed
 from atlas.models import IdempotencyRecord
+from changesets.hooks import in_write_transaction
+
+logger = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
@@ -39,6 +82,28 @@ MAX_KEY_LENGTH = 255
 # Headers that change what a request means, so they are part of "the same request".
 _MEANINGFUL_HEADERS = ("If-Match", "If-None-Match", "X-Atlas-Branch", "Content-Type")
 _REPLAYED_RESPONSE_HEADERS = ("ETag", "Location")
+# Advisory locks this process holds through a connection (see the module docstring).
+_HELD_ATTRIBUTE = "_atlas_idempotency_locks"
+
+MSG_IN_PROGRESS = f"A request with this {HEADER} is still in progress."
+MSG_REUSED = f"This {HEADER} was used for a different request."
+
+
+class ResponseLost(Conflict):
+    """The key's request committed a changeset, but its response was never stored."""
+
+    type, title = "idempotency-response-lost", "Response lost"
+
+    def __init__(self, changeset_id: UUID) -> None:
+        super().__init__(
+            f"The request with this {HEADER} was applied as changeset {changeset_id}, but the"
+            " server stopped before its response was stored. It will not be applied again;"
+            f" read GET /api/v1/changesets/{changeset_id} for what it did."
+        )
+        self.changeset_id = changeset_id
+
+    def as_problem(self) -> dict[str, Any]:
+        return {**super().as_problem(), "changeset_id": str(self.changeset_id)}
 
 
 def _fingerprint(request: Request) -> str:
@@ -51,29 +116,61 @@ def _fingerprint(request: Request) -> str:
     return digest.hexdigest()
 
 
-def _claim(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | None:
-    """Insert the claim; return the earlier record instead when the key is taken."""
-    ttl = timedelta(hours=settings.ATLAS_IDEMPOTENCY_TTL_HOURS)
-    for _ in range(2):
+def lock_id(user_pk: Any, key: str) -> int:
+    """The advisory lock (a signed 64-bit integer) that guards ``(user, key)``."""
+    digest = hashlib.sha256(f"atlas.idempotency\0{user_pk}\0{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _held() -> set[int]:
+    held = getattr(connection, _HELD_ATTRIBUTE, None)
+    if held is None:
+        held = set()
+        setattr(connection, _HELD_ATTRIBUTE, held)
+    return held
+
+
+def _try_lock(lock: int) -> bool:
+    if lock in _held():  # re-entrant in PostgreSQL: our own session would get it again
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock])
+        taken = bool(cursor.fetchone()[0])
+    if taken:
+        _held().add(lock)
+    return taken
+
+
+def _unlock(lock: int) -> None:
+    """Release ``lock``; if that cannot be confirmed, close the connection (and the lock)."""
+    _held().discard(lock)
+    if connection.connection is None:
+        return  # the session that held it is closed, and its lock with it
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock])
+            released = bool(cursor.fetchone()[0])
+    except DatabaseError:
+        released = False
+    if not released:
+        # Either the session broke (its lock went with it) or this is a new session
+        # after a reconnect. Closing makes sure no lock survives into the next request.
+        logger.warning("idempotency lock %s not released by unlock; closing the connection", lock)
         try:
-            with transaction.atomic():
-                IdempotencyRecord.objects.create(
-                    user=request.user,
-                    key=key,
-                    fingerprint=fingerprint,
-                    method=request.method,
-                    path=request.get_full_path(),
-                )
-            return None
-        except IntegrityError:
-            existing = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
-            if existing is None:
-                continue  # released between our insert and read: try again
-            if existing.created_at < timezone.now() - ttl:
-                IdempotencyRecord.objects.filter(pk=existing.pk).delete()
-                continue
-            return existing
-    raise Conflict("This Idempotency-Key is being used concurrently; retry.")
+            connection.close()
+        except DatabaseError:  # pragma: no cover - closing a broken connection
+            logger.warning("closing the database connection failed", exc_info=True)
+
+
+def _expired(record: IdempotencyRecord) -> bool:
+    ttl = timedelta(hours=settings.ATLAS_IDEMPOTENCY_TTL_HOURS)
+    return record.created_at < timezone.now() - ttl
+
+
+def _reused() -> ValidationFailed:
+    return ValidationFailed(
+        MSG_REUSED, errors=[{"pointer": f"/headers/{HEADER}", "detail": "Key reused."}]
+    )
 
 
 def _replay(record: IdempotencyRecord) -> HttpResponse:
@@ -86,6 +183,114 @@ def _replay(record: IdempotencyRecord) -> HttpResponse:
         response[name] = value
     response[REPLAYED] = "true"
     return response
+
+
+def _busy(request: Request, key: str, fingerprint: str) -> HttpResponse:
+    """Another session holds the key: replay a stored answer, or refuse."""
+    record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+    if record is not None and not _expired(record):
+        if record.fingerprint != fingerprint:
+            raise _reused()
+        if record.response_status is not None:
+            return _replay(record)
+    raise Conflict(MSG_IN_PROGRESS)
+
+
+def _claim(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | HttpResponse:
+    """Under the key's lock: a new record for this attempt, or the earlier answer."""
+    record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+    if record is not None and _expired(record):
+        IdempotencyRecord.objects.filter(pk=record.pk).delete()
+        record = None
+    if record is not None:
+        if record.fingerprint != fingerprint:
+            raise _reused()
+        if record.response_status is not None:
+            return _replay(record)
+        if record.changeset_id is not None:
+            raise ResponseLost(record.changeset_id)
+        # We hold the lock, so the attempt that made this record is dead, and its
+        # write never committed (no mark): run the request again, on a new row.
+        IdempotencyRecord.objects.filter(pk=record.pk).delete()
+    try:
+        with transaction.atomic():
+            return IdempotencyRecord.objects.create(
+                user=request.user,
+                key=key,
+                fingerprint=fingerprint,
+                method=request.method,
+                path=request.get_full_path(),
+            )
+    except IntegrityError:
+        # Inserted by a process that does not take the lock (an older release
+        # during a rolling deploy): treat it as running.
+        raise Conflict(MSG_IN_PROGRESS) from None
+
+
+def _release(record: IdempotencyRecord) -> None:
+    """After a 5xx: free the key, unless the attempt's write committed after all."""
+    try:
+        IdempotencyRecord.objects.filter(pk=record.pk, changeset_id__isnull=True).delete()
+    except DatabaseError:
+        # The database is away; the record stays unmarked, and since our lock
+        # goes with the session, a retry will find the attempt dead and run it.
+        logger.warning("could not release idempotency record %s", record.pk, exc_info=True)
+
+
+def _store(record: IdempotencyRecord, response: Any) -> HttpResponse:
+    """Store the response as the bytes a replay will send, and answer with them."""
+    body = (
+        JSONRenderer().render(response.data) if isinstance(response, Response) else response.content
+    )
+    # An unrendered DRF Response still carries HttpResponse's default
+    # "text/html" header; its real type is the JSON renderer's.
+    content_type = (
+        (response.content_type or JSONRenderer.media_type)
+        if isinstance(response, Response)
+        else response.get("Content-Type", JSONRenderer.media_type)
+    )
+    headers = {h: response[h] for h in _REPLAYED_RESPONSE_HEADERS if response.has_header(h)}
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        response_status=response.status_code,
+        response_body=body,
+        response_content_type=content_type,
+        response_headers=headers,
+    )
+    stored = IdempotencyRecord(
+        response_status=response.status_code,
+        response_body=body,
+        response_content_type=content_type,
+        response_headers=headers,
+    )
+    first = _replay(stored)
+    del first[REPLAYED]
+    return first
+
+
+def _run(
+    handler: Callable[..., Any],
+    record: IdempotencyRecord,
+    view: Any,
+    request: Request,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    def mark(changeset: Any) -> None:
+        IdempotencyRecord.objects.filter(pk=record.pk).update(changeset_id=changeset.id)
+
+    try:
+        with in_write_transaction(mark):
+            response = handler(view, request, *args, **kwargs)
+    except Exception as exc:
+        error = problem_for(exc)
+        if error is None or error.status >= 500:
+            _release(record)
+            raise
+        response = problem_exception_handler(exc, {"request": request, "view": view})
+    if response.status_code >= 500:
+        _release(record)
+        return response
+    return _store(record, response)
 
 
 def idempotent(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -102,55 +307,15 @@ def idempotent(handler: Callable[..., Any]) -> Callable[..., Any]:
                 errors=[{"pointer": f"/headers/{HEADER}", "detail": "Invalid key."}],
             )
         fingerprint = _fingerprint(request)
-        existing = _claim(request, key, fingerprint)
-        if existing is not None:
-            if existing.fingerprint != fingerprint:
-                raise ValidationFailed(
-                    f"This {HEADER} was used for a different request.",
-                    errors=[{"pointer": f"/headers/{HEADER}", "detail": "Key reused."}],
-                )
-            if existing.response_status is None:
-                raise Conflict(f"A request with this {HEADER} is still in progress.")
-            return _replay(existing)
+        lock = lock_id(request.user.pk, key)
+        if not _try_lock(lock):
+            return _busy(request, key, fingerprint)
         try:
-            response = handler(view, request, *args, **kwargs)
-        except Exception as exc:
-            error = problem_for(exc)
-            if error is None or error.status >= 500:
-                IdempotencyRecord.objects.filter(user=request.user, key=key).delete()
-                raise
-            response = problem_exception_handler(exc, {"request": request, "view": view})
-        if response.status_code >= 500:
-            IdempotencyRecord.objects.filter(user=request.user, key=key).delete()
-            return response
-        body = (
-            JSONRenderer().render(response.data)
-            if isinstance(response, Response)
-            else response.content
-        )
-        # An unrendered DRF Response still carries HttpResponse's default
-        # "text/html" header; its real type is the JSON renderer's.
-        content_type = (
-            (response.content_type or JSONRenderer.media_type)
-            if isinstance(response, Response)
-            else response.get("Content-Type", JSONRenderer.media_type)
-        )
-        headers = {h: response[h] for h in _REPLAYED_RESPONSE_HEADERS if response.has_header(h)}
-        record = IdempotencyRecord(
-            response_status=response.status_code,
-            response_body=body,
-            response_content_type=content_type,
-            response_headers=headers,
-        )
-        IdempotencyRecord.objects.filter(user=request.user, key=key).update(
-            response_status=record.response_status,
-            response_body=body,
-            response_content_type=content_type,
-            response_headers=headers,
-        )
-        # Answer with exactly the bytes a replay will send.
-        first = _replay(record)
-        del first[REPLAYED]
-        return first
+            claimed = _claim(request, key, fingerprint)
+            if isinstance(claimed, HttpResponse):
+                return claimed
+            return _run(handler, claimed, view, request, *args, **kwargs)
+        finally:
+            _unlock(lock)
 
     return wrapper

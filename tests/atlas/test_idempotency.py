@@ -2,7 +2,11 @@
 
 Same principal + key + request → the first response is replayed byte for byte
 with ``Idempotent-Replayed: true`` and nothing is written again; a different
-request under the key → 422; a retry while the first runs → 409.
+request under the key → 422; a retry while the first runs → 409. An
+attempt that died (its process killed, its database gone) is told apart by
+the key's advisory lock (nobody holds it) and the record's changeset mark
+(set inside the write's transaction): unmarked, a retry runs the request;
+marked, a retry answers 409 naming the changeset and never writes again.
 """
 
 from __future__ import annotations
@@ -10,12 +14,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from atlas.api.idempotency import lock_id
 from atlas.models import IdempotencyRecord
+from changesets.hooks import in_write_transaction
 from changesets.models import Changeset
 from entities.api import views
 from tests.atlas.test_errors import assert_problem
@@ -24,6 +31,16 @@ API = "/api/v1"
 ENTITY = f"{API}/entities/acme.orders/event/order.placed"
 BATCH = f"{API}/batch"
 REPLAYED = "Idempotent-Replayed"
+RESPONSE_LOST = "https://atlas.dev/problems/idempotency-response-lost"
+
+
+class Killed(BaseException):
+    """The process dies here: none of the app's ``except Exception`` clauses run.
+
+    Unlike a real SIGKILL, ``finally`` blocks do run (the advisory lock is
+    unlocked there), which leaves the database as the end of the dead
+    session would: the open transaction rolled back, the lock gone.
+    """
 
 
 def keyed(key: str, **headers: str) -> dict[str, str]:
@@ -231,3 +248,150 @@ def test_concurrent_identical_requests_with_one_key_write_one_changeset(make_use
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert_replay(originals[0], put(client, {"title": "Order placed"}, "race-key"))
+
+
+def other_session() -> psycopg.Connection:
+    """A second session on the test database (advisory locks are per database)."""
+    s = connection.settings_dict
+    return psycopg.connect(
+        host=s["HOST"], port=s["PORT"], user=s["USER"], dbname=s["NAME"], autocommit=True
+    )
+
+
+def advisory_locks_of_this_session() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
+def dies(monkeypatch: Any, *, after_commit: bool) -> None:
+    """The next write's process is killed: inside its transaction, or right after commit."""
+    real = views.changeset_apply
+
+    def apply_and_die(**kwargs: Any) -> Any:
+        if after_commit:
+            real(**kwargs)
+            raise Killed
+
+        def die(changeset: Any) -> None:  # after the changeset row and the record's mark
+            raise Killed
+
+        with in_write_transaction(die):
+            return real(**kwargs)
+
+    monkeypatch.setattr(views, "changeset_apply", apply_and_die)
+
+
+def test_a_retry_after_an_attempt_that_died_before_its_commit_runs_the_request(api, monkeypatch):
+    dies(monkeypatch, after_commit=False)
+    with pytest.raises(Killed):
+        put(api, {"v": 1}, "k-1")
+    monkeypatch.undo()
+    dead = IdempotencyRecord.objects.get()
+    assert dead.response_status is None
+    assert dead.changeset_id is None, "the mark rolled back with the write"
+    assert not Changeset.objects.exists()
+
+    retry = put(api, {"v": 1}, "k-1")
+    assert retry.status_code == 201, retry.content
+    assert not retry.has_header(REPLAYED)
+    changeset = Changeset.objects.get()
+    record = IdempotencyRecord.objects.get()
+    assert record.changeset_id == changeset.id
+    assert_replay(retry, put(api, {"v": 1}, "k-1"))
+    assert Changeset.objects.count() == 1
+
+
+def test_a_retry_after_an_attempt_that_died_after_its_commit_never_writes_again(api, monkeypatch):
+    dies(monkeypatch, after_commit=True)
+    with pytest.raises(Killed):
+        put(api, {"v": 1}, "k-1")
+    monkeypatch.undo()
+    changeset = Changeset.objects.get()
+    assert IdempotencyRecord.objects.get().changeset_id == changeset.id
+
+    for _ in range(2):
+        retry = put(api, {"v": 1}, "k-1")
+        body = assert_problem(retry, 409)
+        assert body["type"] == RESPONSE_LOST
+        assert body["changeset_id"] == str(changeset.id)
+        assert str(changeset.id) in body["detail"]
+        assert not retry.has_header(REPLAYED)
+    assert_problem(put(api, {"v": 2}, "k-1"), 422)
+    assert Changeset.objects.count() == 1
+    assert api.get(f"{API}/changesets/{changeset.id}").status_code == 200
+
+
+def test_a_server_error_after_the_write_committed_keeps_the_key(api, monkeypatch):
+    real = views.changeset_apply
+
+    def apply_then_fail(**kwargs: Any) -> Any:
+        real(**kwargs)
+        raise RuntimeError("rendering failed after the commit")
+
+    monkeypatch.setattr(views, "changeset_apply", apply_then_fail)
+    assert_problem(put(api, {"v": 1}, "k-1"), 500)
+    monkeypatch.undo()
+    # A 5xx releases the key only when nothing was written.
+    changeset = Changeset.objects.get()
+    assert IdempotencyRecord.objects.get().changeset_id == changeset.id
+    body = assert_problem(put(api, {"v": 1}, "k-1"), 409)
+    assert body["changeset_id"] == str(changeset.id)
+    assert Changeset.objects.count() == 1
+
+
+def test_a_record_without_a_response_is_in_progress_while_its_lock_is_held(
+    api, writer, monkeypatch
+):
+    dies(monkeypatch, after_commit=False)
+    with pytest.raises(Killed):
+        put(api, {"v": 1}, "k-1")
+    monkeypatch.undo()
+    with other_session() as other:
+        # Another session (another worker, still running the first attempt) holds the key.
+        other.execute("SELECT pg_advisory_lock(%s)", [lock_id(writer.pk, "k-1")])
+        busy = put(api, {"v": 1}, "k-1")
+        assert_problem(busy, 409)
+        assert busy.json()["type"] != RESPONSE_LOST
+        assert_problem(put(api, {"v": 2}, "k-1"), 422)
+        other.execute("SELECT pg_advisory_unlock_all()")
+    assert put(api, {"v": 1}, "k-1").status_code == 201
+    assert Changeset.objects.count() == 1
+
+
+def test_the_lock_of_another_key_or_user_does_not_block(api, writer):
+    with other_session() as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [lock_id(writer.pk + 1, "k-1")])
+        other.execute("SELECT pg_advisory_lock(%s)", [lock_id(writer.pk, "k-2")])
+        assert put(api, {"v": 1}, "k-1").status_code == 201
+
+
+def test_no_advisory_lock_outlives_a_request(api, monkeypatch):
+    assert put(api, {"v": 1}, "k-1").status_code == 201
+    assert put(api, {"v": 1}, "k-1")[REPLAYED] == "true"
+    assert_problem(put(api, {"v": 2}, "k-1"), 422)
+    real = views.changeset_apply
+    monkeypatch.setattr(views, "changeset_apply", lambda **kw: 1 / 0)
+    assert_problem(put(api, {"v": 3}, "k-2"), 500)
+    monkeypatch.setattr(views, "changeset_apply", real)
+    assert advisory_locks_of_this_session() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_that_cannot_be_confirmed_released_closes_the_connection(
+    make_user, namespace, client_for, monkeypatch
+):
+    api = client_for(make_user("wendy", writer=[namespace.name]))
+    real = views.changeset_apply
+
+    def apply_and_lose_the_lock(**kwargs: Any) -> Any:
+        with connection.cursor() as cursor:  # e.g. a reconnect to a new session
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+        return real(**kwargs)
+
+    monkeypatch.setattr(views, "changeset_apply", apply_and_lose_the_lock)
+    assert put(api, {"v": 1}, "k-1").status_code == 201
+    assert connection.connection is None, "closed, so no lock can leak into the next request"
+    assert put(api, {"v": 1}, "k-1")[REPLAYED] == "true"

@@ -5,7 +5,8 @@
 - A process that dies right after commit, before the post-commit publish,
   and two ``recover_batches`` finishing the leftovers at once.
 - PostgreSQL restarted under an HTTP write load, on a throw-away cluster of
-  the test's own (never the shared embedded one, never port 5432).
+  the test's own (never the shared embedded one, never port 5432); a keyed
+  request that met the outage can be retried with its key.
 """
 
 from __future__ import annotations
@@ -471,15 +472,6 @@ def test_postgresql_restarted_under_write_load(throwaway_database):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: an Idempotency-Key whose request met a database outage stays claimed: the 503 "
-        "path cannot release the claim while the database is down, so every retry with that "
-        "key answers 409 'still in progress' until ATLAS_IDEMPOTENCY_TTL_HOURS (24 h) pass, "
-        "although nothing was written (atlas/api/idempotency.py, release on 5xx)"
-    ),
-)
 def test_an_idempotency_key_that_met_a_database_outage_can_be_retried(throwaway_database):
     """A keyed PUT is inside its write transaction when PostgreSQL stops: the client
     gets a 503 and nothing is written. Once the database is back, the client retries
@@ -515,3 +507,9 @@ def test_an_idempotency_key_that_met_a_database_outage_can_be_retried(throwaway_
         api.close()
     # Nothing was written by the first attempt, so the retry must do the write.
     assert retry.status_code == 201, (retry.status_code, retry.text)
+    assert "Idempotent-Replayed" not in retry.headers
+    with psycopg.connect(url) as conn:
+        written = conn.execute(
+            "SELECT count(*) FROM changesets_revision WHERE slug = 'idempotent-outage'"
+        ).fetchone()[0]
+    assert written == 1
