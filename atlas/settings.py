@@ -105,6 +105,35 @@ DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault(
     "connect_timeout", env_int("ATLAS_DB_CONNECT_TIMEOUT", 5)
 )
+# A transaction that stalls while holding the log head's lock (a paused or
+# partitioned process) stops every writer; PostgreSQL ends it after this long
+# idle inside a transaction (docs/reliability.md, item 2). Legitimate idles
+# are short: web writes hold a transaction for milliseconds, journal publishing
+# for its hooks plus a broker enqueue, a webhook delivery for one POST
+# (ATLAS_WEBHOOK_TIMEOUT_SECONDS); the operator commands do not idle inside
+# transactions. 0 turns it off.
+ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_int(
+    "ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 60
+)
+if ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS > 0:
+    _options = DATABASES["default"]["OPTIONS"].get("options", "")
+    DATABASES["default"]["OPTIONS"]["options"] = (
+        f"{_options} -c idle_in_transaction_session_timeout="
+        f"{ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS}s"
+    ).strip()
+# libpq TCP keepalives: a connection to a PostgreSQL that vanished (host down,
+# network cut) fails after idle + interval x count seconds instead of the OS's
+# two hours, so a worker waiting on it answers 503 rather than hanging. 0 keeps
+# the OS defaults.
+ATLAS_DB_KEEPALIVES_IDLE_SECONDS = env_int("ATLAS_DB_KEEPALIVES_IDLE_SECONDS", 30)
+if ATLAS_DB_KEEPALIVES_IDLE_SECONDS > 0:
+    for _name, _value in (
+        ("keepalives", 1),
+        ("keepalives_idle", ATLAS_DB_KEEPALIVES_IDLE_SECONDS),
+        ("keepalives_interval", env_int("ATLAS_DB_KEEPALIVES_INTERVAL_SECONDS", 10)),
+        ("keepalives_count", env_int("ATLAS_DB_KEEPALIVES_COUNT", 3)),
+    ):
+        DATABASES["default"]["OPTIONS"].setdefault(_name, _value)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [

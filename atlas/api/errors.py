@@ -21,6 +21,7 @@ from atlas import exceptions as atlas
 
 logger = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
+IDLE_IN_TRANSACTION_TIMEOUT = "25P03"  # SQLSTATE idle_in_transaction_session_timeout
 
 _DRF_MAP: list[tuple[type[Exception], type[atlas.AtlasError]]] = [
     (drf.NotAuthenticated, atlas.NotAuthenticated),
@@ -81,6 +82,11 @@ def problem_for(exc: Exception) -> atlas.AtlasError | None:
     if isinstance(exc, OperationalError | InterfaceError):
         logger.warning("database unavailable: %s", exc)
         return atlas.ServiceUnavailable("The database is unavailable; retry shortly.")
+    if getattr(exc.__cause__, "sqlstate", None) == IDLE_IN_TRANSACTION_TIMEOUT:
+        # PostgreSQL ended a transaction that idled past idle_in_transaction_session_timeout
+        # (a stalled process); it rolled back, so a retry is safe. psycopg calls it InternalError.
+        logger.warning("transaction ended by the server: %s", exc)
+        return atlas.ServiceUnavailable("The transaction stalled and was rolled back; retry.")
     return None
 
 

@@ -7,6 +7,9 @@
 - PostgreSQL restarted under an HTTP write load, on a throw-away cluster of
   the test's own (never the shared embedded one, never port 5432); a keyed
   request that met the outage can be retried with its key.
+- A transaction that stalls after drawing seq (holding the log head) is ended
+  by PostgreSQL's ``idle_in_transaction_session_timeout``; the other writers go
+  on, the stalled request gets a 503 and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -25,7 +28,16 @@ import pytest
 import requests
 from django.db import connection
 
-from changesets.models import BASELINE, Changeset, JournalEntry, JournalPhase, Revision, Rpc
+from changesets.hooks import in_write_transaction
+from changesets.models import (
+    BASELINE,
+    Changeset,
+    JournalEntry,
+    JournalPhase,
+    LogHead,
+    Revision,
+    Rpc,
+)
 from changesets.ops import PutOp
 from changesets.services import changeset_apply
 from changesets.subscriptions import subscription_create, subscription_lag
@@ -513,3 +525,124 @@ def test_an_idempotency_key_that_met_a_database_outage_can_be_retried(throwaway_
             "SELECT count(*) FROM changesets_revision WHERE slug = 'idempotent-outage'"
         ).fetchone()[0]
     assert written == 1
+
+
+# --- A stalled transaction holding the log head ---------------------------------------------
+
+
+def test_database_sessions_get_the_idle_timeout_and_keepalives_from_the_environment():
+    """The settings reach every new session (docs/api.md, Settings)."""
+    script = (
+        "from django.db import connection\n"
+        "with connection.cursor() as c:\n"
+        "    c.execute('SHOW idle_in_transaction_session_timeout')\n"
+        "    print('TIMEOUT', c.fetchone()[0])\n"
+        "p = connection.connection.info.get_parameters()\n"
+        "print('KEEPALIVES', p.get('keepalives'), p.get('keepalives_idle'),"
+        " p.get('keepalives_interval'), p.get('keepalives_count'))\n"
+    )
+    url = database_url_of_tests()
+    default = manage(url, "shell", "-c", script)
+    assert default.returncode == 0, default.stderr
+    assert "TIMEOUT 1min" in default.stdout
+    assert "KEEPALIVES 1 30 10 3" in default.stdout
+    tuned = manage(
+        url,
+        "shell",
+        "-c",
+        script,
+        ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS="7",
+        ATLAS_DB_KEEPALIVES_IDLE_SECONDS="11",
+    )
+    assert "TIMEOUT 7s" in tuned.stdout, tuned.stdout + tuned.stderr
+    assert "KEEPALIVES 1 11 10 3" in tuned.stdout
+    off = manage(
+        url,
+        "shell",
+        "-c",
+        script,
+        ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS="0",
+        ATLAS_DB_KEEPALIVES_IDLE_SECONDS="0",
+    )
+    assert "TIMEOUT 0" in off.stdout, off.stdout + off.stderr
+    assert "KEEPALIVES None None None None" in off.stdout
+
+
+def test_a_transaction_stalled_after_drawing_seq_is_ended_and_writers_go_on(make_user, client_for):
+    """A keyed PUT stalls inside its write transaction right after drawing seq (the
+    log head's row lock held), on a session whose idle timeout is 1 s. PostgreSQL
+    ends it; a writer queued behind the log head commits long before the stall
+    would have ended; the stalled request answers 503 problem+json and leaves no
+    changeset, no revision and no seq behind; the log verifies; a retry with the
+    same key runs the write."""
+    stall_seconds, timeout_ms = 6.0, 1000
+    user = make_user("stalled", writer=["rel.stall"])
+    path = "/api/v1/entities/rel.stall/item/stalled"
+    drawn = threading.Event()
+    answer: list[Any] = []
+    failures: list[BaseException] = []
+
+    def hold_the_head(changeset: Any) -> None:
+        drawn.set()  # the changeset row exists: seq is drawn, the head is locked
+        time.sleep(stall_seconds)  # a paused process: the session idles in its transaction
+
+    def stalled_request() -> None:
+        try:
+            with connection.cursor() as cursor:  # this thread's own session
+                cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
+            api = client_for(user)
+            with in_write_transaction(hold_the_head):
+                answer.append(
+                    api.put(
+                        path,
+                        {"content": {"n": 1}},
+                        format="json",
+                        headers={"Idempotency-Key": "stall-1"},
+                    )
+                )
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    LogHead.objects.get_or_create(pk=1)  # a transactional test starts from flushed tables
+    head_before = LogHead.objects.get(pk=1).seq
+    staller = threading.Thread(target=stalled_request, daemon=True)
+    staller.start()
+    assert drawn.wait(30), failures
+    started = time.monotonic()
+    other = changeset_apply(
+        store=baseline,
+        actor=user,
+        ops=[PutOp(EntityKey("rel.stall", "item", "other"), {"n": 2})],
+        rpc=Rpc.PUT_ENTITY,
+    )
+    waited = time.monotonic() - started
+    staller.join(stall_seconds + 30)
+    assert not staller.is_alive() and failures == [], failures
+
+    assert waited < stall_seconds - 2, f"the writer waited {waited:.1f} s for the stalled one"
+    response = answer[0]
+    assert response.status_code == 503, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    assert response["Retry-After"] == "5"
+    assert response.json()["status"] == 503
+    assert not Revision.objects.filter(slug="stalled").exists()
+    assert other.changeset is not None and other.changeset.seq == head_before + 1
+    assert LogHead.objects.get(pk=1).seq == head_before + 1, "the stalled seq rolled back"
+    verify = manage(database_url_of_tests(), "verify_log", "--no-progress")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+    retry = client_for(user).put(
+        path, {"content": {"n": 1}}, format="json", headers={"Idempotency-Key": "stall-1"}
+    )
+    assert retry.status_code == 201, retry.content
+    assert Revision.objects.filter(slug="stalled").count() == 1
+    record(
+        "stalled_transaction_ended",
+        idle_in_transaction_session_timeout_ms=timeout_ms,
+        stall_seconds=stall_seconds,
+        other_writer_waited_seconds=round(waited, 2),
+        stalled_request="503",
+        retry_with_same_key="201",
+    )
