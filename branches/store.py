@@ -22,7 +22,6 @@ from datetime import datetime
 from uuid import UUID
 
 from django.db import connection
-from psycopg.types.json import Jsonb
 
 from branches.exceptions import BranchClosed
 from branches.models import Branch, BranchStatus
@@ -31,6 +30,7 @@ from entities.store import (
     EntityWrite,
     StoredEntity,
     entity_filters,
+    json_texts,
     row_to_entity,
 )
 
@@ -237,9 +237,9 @@ class BranchStore:
                     "INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
                     " content, deleted, version, base_version, created_at, updated_at,"
                     " changeset_id)"
-                    " SELECT %s, k.ns, k.kind, k.slug, k.content, FALSE, k.version, k.base,"
-                    " k.created, %s, %s"
-                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int[],"
+                    " SELECT %s, k.ns, k.kind, k.slug, k.content::jsonb, FALSE, k.version,"
+                    " k.base, k.created, %s, %s"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[],"
                     " %s::int[], %s::timestamptz[])"
                     " AS k(ns, kind, slug, content, version, base, created)"
                     " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
@@ -252,7 +252,7 @@ class BranchStore:
                         now,
                         changeset_id,
                         *_columns(keys),
-                        [Jsonb(w.content) for w in writes],
+                        json_texts(writes),
                         [w.version for w in writes],
                         [base(k) for k in keys],
                         created,

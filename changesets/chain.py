@@ -51,6 +51,45 @@ def revisions_digest(revisions: Iterable[Any]) -> str:
     return digest.hexdigest()
 
 
+def _text(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _int(value: int | None) -> str:
+    return "null" if value is None else str(int(value))
+
+
+def revision_line(
+    *,
+    namespace: str,
+    kind: str,
+    slug: str,
+    op: str,
+    before_text: str | None,
+    after_text: str | None,
+    before_version: int | None,
+    after_version: int | None,
+    branch: str,
+) -> str:
+    """One revision's digest line, ``_canonical(revision_fields(r))``, from images
+    already in :func:`changesets.ops.canonical` form (the write path serializes each
+    image once and reuses the text for the row and the digest). ``tests/changesets/
+    test_write_path.py`` pins it byte for byte to the form ``verify`` recomputes."""
+    return (
+        f"[{_text(namespace)},{_text(kind)},{_text(slug)},{_text(str(op))},"
+        f"{'null' if before_text is None else before_text},"
+        f"{'null' if after_text is None else after_text},"
+        f"{_int(before_version)},{_int(after_version)},{_text(branch)}]"
+    )
+
+
+def digest_lines(lines: Iterable[str]) -> str:
+    """:func:`revisions_digest` over lines made by :func:`revision_line`."""
+    digest = hashlib.sha256(VERSION)
+    digest.update("".join(line + "\n" for line in lines).encode())
+    return digest.hexdigest()
+
+
 def _timestamp(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 

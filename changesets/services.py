@@ -8,6 +8,7 @@ entity's history complete (DESIGN invariant 1).
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,10 +17,10 @@ from uuid import UUID
 
 import json_merge_patch
 import uuid6
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
 from changesets import chain
@@ -27,7 +28,6 @@ from changesets.hooks import run_write_hooks
 from changesets.models import (
     BASELINE,
     Changeset,
-    JournalEntry,
     LogHead,
     Op,
     Revision,
@@ -40,8 +40,8 @@ from changesets.ops import (
     PatchOp,
     PutOp,
     WriteOp,
+    canonical,
     op_repr,
-    same_content,
 )
 from entities import access
 from entities.models import Namespace
@@ -49,8 +49,8 @@ from entities.store import EntityKey, EntityStore, EntityWrite, KeyRaced, Stored
 from entities.validation import (
     MSG_BAD_TEXT,
     MSG_CONTENT_OBJECT,
+    MSG_CONTENT_TOO_LARGE,
     as_stored,
-    content_too_large,
     find_nul,
 )
 
@@ -59,22 +59,106 @@ MAX_ATTEMPTS = 5
 RETRYABLE_SQLSTATES = {"40P01", "40001"}
 
 
-@dataclass
+@dataclass(slots=True)
 class _KeyState:
     exists: bool
     content: dict[str, Any] | None
     version: int | None
+    # ``content`` in canonical form (``ops.canonical``), made at most once.
+    text: str | None = None
+
+
+def _text_of(state: _KeyState) -> str:
+    if state.text is None:
+        state.text = canonical(state.content)
+    return state.text
+
+
+def _same(state: _KeyState, content: Any, text: str) -> bool:
+    """``same_content(state.content, content)``, reusing both canonical forms."""
+    return state.content == content and _text_of(state) == text
+
+
+@dataclass(frozen=True, slots=True)
+class _NetChange:
+    """One key's net change in a changeset: what its revision row records."""
+
+    key: EntityKey
+    op: Op
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    before_version: int | None
+    after_version: int | None
+    before_text: str | None
+    after_text: str | None
+
+
+_REVISION_FIELDS = (
+    "id",
+    "changeset_id",
+    "seq",
+    "branch",
+    "at",
+    "namespace",
+    "kind",
+    "slug",
+    "op",
+    "before",
+    "after",
+    "before_version",
+    "after_version",
+)
 
 
 @dataclass
 class ApplyResult:
-    """What :func:`changeset_apply` did (or, on a dry run, would do)."""
+    """What :func:`changeset_apply` did (or, on a dry run, would do).
+
+    ``revisions`` are built on first use (in memory, never re-read): model
+    instances cost more than the rows' insert, and not every caller wants them.
+    """
 
     changeset: Changeset | None
     results: list[OpResult]
     entities: dict[EntityKey, StoredEntity | None] = field(default_factory=dict)
     dry_run: bool = False
-    revisions: list[Revision] = field(default_factory=list)
+    changes: Sequence[_NetChange] = field(default=(), repr=False)
+    branch: str = BASELINE
+
+    @functools.cached_property
+    def revisions(self) -> list[Revision]:
+        cs = self.changeset
+        cs_id, seq, at = (cs.id, cs.seq, cs.at) if cs is not None else (None, None, None)
+        # Positional arguments (the concrete fields in order) build a model
+        # instance about 2.5 times faster than keywords; keywords if the model's
+        # fields ever stop matching this order.
+        positional = tuple(f.attname for f in Revision._meta.concrete_fields) == _REVISION_FIELDS
+        out = []
+        for c in self.changes:
+            values = (
+                None,
+                cs_id,
+                seq,
+                self.branch,
+                at,
+                c.key.namespace,
+                c.key.kind,
+                c.key.slug,
+                c.op,
+                c.before,
+                c.after,
+                c.before_version,
+                c.after_version,
+            )
+            revision = (
+                Revision(*values)
+                if positional
+                else Revision(**dict(zip(_REVISION_FIELDS, values, strict=True)))
+            )
+            if cs is not None:
+                revision.changeset = cs
+            out.append(revision)
+        return out
 
 
 Planner = Callable[[Mapping[EntityKey, StoredEntity]], Sequence[WriteOp]]
@@ -112,8 +196,9 @@ def changeset_apply(
     5. Last, ``seq`` is drawn by updating the one-row log head, whose lock is
        held to commit, so seq order is commit order (invariant 6); the same
        statement hands out the previous chain hash (``changesets.chain``).
-       Then the changeset, its revisions and its journal entry are inserted
-       and the head takes the new hash.
+       Then one statement inserts the changeset, its revisions and its
+       journal entry and gives the head the new hash; the write hooks
+       (``changesets.hooks``) run after it, still inside the transaction.
 
     A create that loses a race to a concurrent create, or a deadlock, rolls
     the attempt back and retries it whole: the retry sees the winner's row
@@ -200,9 +285,13 @@ def _check_precondition(op: WriteOp, state: _KeyState) -> None:
         raise PreconditionFailed(f"{op.key} already exists.", pointer=op.pointer)
 
 
-def _checked_content(op: WriteOp, content: Any) -> dict[str, Any]:
+def _checked_content(op: WriteOp, content: Any) -> tuple[dict[str, Any], str]:
     """Validate content whoever built the op (API, import, revert), and normalize
-    it to what jsonb stores, so comparisons and revision images are exact."""
+    it to what jsonb stores, so comparisons and revision images are exact.
+
+    Returns the content and its canonical JSON text: the one serialization the
+    size check, comparisons, the entity and revision rows and the chain share.
+    """
     where = (op.pointer or "") + "/content"
 
     def invalid(detail: str, pointer: str) -> ValidationFailed:
@@ -219,10 +308,16 @@ def _checked_content(op: WriteOp, content: Any) -> dict[str, Any]:
         content = as_stored(content)
     except ValueError as exc:
         raise invalid(str(exc), where) from exc
-    message = content_too_large(content)
-    if message:
-        raise PayloadTooLarge(message, pointer=op.pointer)
-    return content
+    text = canonical(content)
+    # Same measure as entities.validation.encoded_size (compact UTF-8; key order
+    # does not change the length). At most 4 bytes a character: most content
+    # needs no encoding to know it is under the limit.
+    limit = settings.ATLAS_MAX_CONTENT_BYTES
+    if len(text) * 4 > limit and (size := len(text.encode())) > limit:
+        raise PayloadTooLarge(
+            MSG_CONTENT_TOO_LARGE.format(size=size, limit=limit), pointer=op.pointer
+        )
+    return content, text
 
 
 def _apply_once(
@@ -245,7 +340,7 @@ def _apply_once(
     first_pointer: dict[str, str | None] = {}
     for key, pointer in touched:
         first_pointer.setdefault(key.namespace, pointer)
-    namespaces = {ns.name: ns for ns in Namespace.objects.filter(name__in=list(first_pointer))}
+    namespaces = _namespaces(list(first_pointer))
     for name, pointer in first_pointer.items():
         if name not in namespaces:
             raise NotFound(f"Namespace {name!r} not found.", pointer=pointer)
@@ -268,13 +363,11 @@ def _apply_once(
             return initial[key].version + 1
         return last_versions.get(key, 0) + 1
 
+    base: dict[EntityKey, _KeyState] = {
+        k: _KeyState(True, e.content, e.version) for k, e in initial.items()
+    }
     state: dict[EntityKey, _KeyState] = {
-        k: (
-            _KeyState(True, initial[k].content, initial[k].version)
-            if k in initial
-            else _KeyState(False, None, None)
-        )
-        for k in keys
+        k: base.get(k) or _KeyState(False, None, None) for k in keys
     }
     results: list[OpResult] = []
     for op in ops:
@@ -295,13 +388,13 @@ def _apply_once(
             new = json_merge_patch.merge(copy.deepcopy(cur.content), copy.deepcopy(op.patch))
         else:
             new = op.content
-        new = _checked_content(op, new)
-        if cur.exists and same_content(cur.content, new):
+        new, text = _checked_content(op, new)
+        if cur.exists and _same(cur, new, text):
             results.append(OpResult(op.pointer, "unchanged", cur.version))
             continue
         status = "updated" if cur.exists else "created"
         version = next_version(op.key)
-        state[op.key] = _KeyState(True, new, version)
+        state[op.key] = _KeyState(True, new, version, text)
         results.append(OpResult(op.pointer, status, version))
 
     # Fold to one net change per key (invariant 4).
@@ -309,34 +402,38 @@ def _apply_once(
     creates: list[EntityWrite] = []
     updates: list[EntityWrite] = []
     deletes: list[EntityKey] = []
-    revisions: list[Revision] = []
+    changes: list[_NetChange] = []
     for key in keys:
-        before, after = initial.get(key), state[key]
-        if (before is None and not after.exists) or (
-            before is not None and after.exists and same_content(before.content, after.content)
+        before, after = base.get(key), state[key]
+        if after is before or (
+            (before is None and not after.exists)
+            or (
+                before is not None
+                and after.exists
+                and _same(before, after.content, _text_of(after))
+            )
         ):
             unmoved.add(key)  # e.g. created and deleted in one batch: no trace
             continue
         if before is None:
             op_kind = Op.CREATE
-            creates.append(EntityWrite(key, after.content, after.version))
+            creates.append(EntityWrite(key, after.content, after.version, _text_of(after)))
         elif not after.exists:
             op_kind = Op.DELETE
             deletes.append(key)
         else:
             op_kind = Op.UPDATE
-            updates.append(EntityWrite(key, after.content, after.version))
-        revisions.append(
-            Revision(
-                branch=branch,
-                namespace=key.namespace,
-                kind=key.kind,
-                slug=key.slug,
+            updates.append(EntityWrite(key, after.content, after.version, _text_of(after)))
+        changes.append(
+            _NetChange(
+                key=key,
                 op=op_kind,
                 before=before.content if before else None,
                 after=after.content if after.exists else None,
                 before_version=before.version if before else None,
                 after_version=after.version if after.exists else None,
+                before_text=_text_of(before) if before else None,
+                after_text=_text_of(after) if after.exists else None,
             )
         )
 
@@ -350,13 +447,14 @@ def _apply_once(
             for op, r in zip(ops, results, strict=True)
         ]
 
-    if not revisions or dry_run:
+    if not changes or dry_run:
         return ApplyResult(
             changeset=None,
             results=results,
-            entities=_final_entities(initial, state, keys, None, timezone.now()),
+            entities=_final_entities(initial, state, keys, unmoved, None, timezone.now()),
             dry_run=dry_run,
-            revisions=revisions,
+            changes=changes,
+            branch=branch,
         )
 
     changeset_id: UUID = uuid6.uuid7()
@@ -364,47 +462,136 @@ def _apply_once(
     store.apply(
         changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
     )
-    revisions_hex = chain.revisions_digest(revisions)  # before the lock: the big part
+    # Before the lock: the big part of the hash, from the texts made above.
+    revisions_hex = chain.digest_lines(
+        chain.revision_line(
+            namespace=c.key.namespace,
+            kind=c.key.kind,
+            slug=c.key.slug,
+            op=c.op,
+            before_text=c.before_text,
+            after_text=c.after_text,
+            before_version=c.before_version,
+            after_version=c.after_version,
+            branch=branch,
+        )
+        for c in changes
+    )
+    namespaces = sorted({c.key.namespace for c in changes})
     seq, at, prev_hash = _draw_seq(now)
+    # Everything from here to COMMIT holds the log head's lock: keep it short.
     changeset = Changeset(
         id=changeset_id,
         seq=seq,
         author=actor if getattr(actor, "pk", None) else None,
         author_name=actor.get_username(),
         at=at,
-        message=f"{rpc}: {len(revisions)} change(s)",
+        message=f"{rpc}: {len(changes)} change(s)",
         comment=comment or "",
         branch=branch,
         rpc=rpc,
-        op_count=len(revisions),
-        namespaces=sorted({r.namespace for r in revisions}),
+        op_count=len(changes),
+        namespaces=namespaces,
         prev_hash=prev_hash,
     )
     changeset.hash = chain.changeset_hash(
         prev_hash=prev_hash, changeset=changeset, revisions_hex=revisions_hex
     )
-    changeset.save(force_insert=True)
-    for revision in revisions:
-        revision.changeset = changeset
-        revision.seq = seq
-        revision.at = at
-    _insert_revisions(changeset, revisions)
-    _set_head_hash(changeset.hash)
+    _write_log(changeset, changes, journal=branch == BASELINE)
     run_write_hooks(changeset)
     if branch == BASELINE:
-        JournalEntry.objects.create(changeset=changeset, created_at=at)
         transaction.on_commit(lambda: _publish_after_commit(changeset_id))
     return ApplyResult(
         changeset=changeset,
         results=results,
-        entities=_final_entities(initial, state, keys, changeset_id, now),
-        revisions=revisions,
+        entities=_final_entities(initial, state, keys, unmoved, changeset_id, now),
+        changes=changes,
+        branch=branch,
     )
 
 
-def _set_head_hash(value: str) -> None:
+def _write_log(changeset: Changeset, changes: Sequence[_NetChange], *, journal: bool) -> None:
+    """Insert the changeset, its revisions and (baseline) its journal entry, and move
+    the log head's hash: one statement (data-modifying CTEs), one round trip.
+
+    Revision rows are inserted from column arrays in written order (ids follow
+    it, and the chain digests revisions in id order); images go over as the
+    canonical texts already made, cast to jsonb. ``changeset`` is then marked
+    as a saved row, so callers use it as if it had been read back.
+    """
+    ns, kinds, slugs, ops, befores, afters, bvs, avs = [], [], [], [], [], [], [], []
+    for c in changes:
+        ns.append(c.key.namespace)
+        kinds.append(c.key.kind)
+        slugs.append(c.key.slug)
+        ops.append(str(c.op))
+        befores.append(c.before_text)
+        afters.append(c.after_text)
+        bvs.append(c.before_version)
+        avs.append(c.after_version)
+    cs = changeset
+    journal_sql = (
+        ", j AS (INSERT INTO changesets_journalentry (changeset_id, phase, created_at,"
+        " published_at, attempts, last_error, failures)"
+        " VALUES (%(id)s, 'committed', %(at)s, NULL, 0, '', 0))"
+        if journal
+        else ""
+    )
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE changesets_loghead SET hash = %s WHERE id = 1", [value])
+        cursor.execute(
+            "WITH c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
+            " message, comment, branch, rpc, op_count, namespaces, prev_hash, hash)"
+            " VALUES (%(id)s, %(seq)s, %(author)s, %(author_name)s, %(at)s, %(message)s,"
+            " %(comment)s, %(branch)s, %(rpc)s, %(op_count)s, %(namespaces)s::varchar[],"
+            " %(prev_hash)s, %(hash)s)),"
+            " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
+            " kind, slug, op, before, after, before_version, after_version)"
+            " SELECT %(id)s, %(seq)s, %(branch)s, %(at)s, r.ns, r.kind, r.slug, r.op,"
+            " r.before::jsonb, r.after::jsonb, r.bv, r.av"
+            " FROM unnest(%(ns)s::text[], %(kinds)s::text[], %(slugs)s::text[], %(ops)s::text[],"
+            " %(befores)s::text[], %(afters)s::text[], %(bvs)s::int[], %(avs)s::int[])"
+            " WITH ORDINALITY AS r(ns, kind, slug, op, before, after, bv, av, n) ORDER BY r.n)"
+            f"{journal_sql}"
+            " UPDATE changesets_loghead SET hash = %(hash)s WHERE id = 1",
+            {
+                "id": cs.id,
+                "seq": cs.seq,
+                "author": cs.author_id,
+                "author_name": cs.author_name,
+                "at": cs.at,
+                "message": cs.message,
+                "comment": cs.comment,
+                "branch": cs.branch,
+                "rpc": cs.rpc,
+                "op_count": cs.op_count,
+                "namespaces": cs.namespaces,
+                "prev_hash": cs.prev_hash,
+                "hash": cs.hash,
+                "ns": ns,
+                "kinds": kinds,
+                "slugs": slugs,
+                "ops": ops,
+                "befores": befores,
+                "afters": afters,
+                "bvs": bvs,
+                "avs": avs,
+            },
+        )
+    cs._state.adding = False
+    cs._state.db = connection.alias
+
+
+def _namespaces(names: list[str]) -> dict[str, Namespace]:
+    """The existing namespaces among ``names`` (name and ``protected``), by name.
+
+    Plain SQL: the ORM's queryset machinery cost more than the query here.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, protected FROM entities_namespace WHERE name = ANY(%s::text[])", [names]
+        )
+        rows = cursor.fetchall()
+    return {row[0]: Namespace.from_db(connection.alias, ["name", "protected"], row) for row in rows}
 
 
 def _draw_seq(now: datetime) -> tuple[int, datetime, str]:
@@ -425,41 +612,6 @@ def _draw_seq(now: datetime) -> tuple[int, datetime, str]:
         LogHead.objects.get_or_create(id=1)
         return _draw_seq(now)
     return row[0], row[1], row[2] or chain.GENESIS
-
-
-def _insert_revisions(changeset: Changeset, revisions: Sequence[Revision]) -> None:
-    """Insert all revision rows in one statement from column arrays.
-
-    Several times faster than ``bulk_create`` for large batches: one parameter
-    per column instead of one per cell, and no per-row ORM compilation.
-    """
-
-    def column(name: str) -> list[Any]:
-        return [getattr(r, name) for r in revisions]
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace, kind,"
-            " slug, op, before, after, before_version, after_version)"
-            " SELECT %s, %s, %s, %s, r.ns, r.kind, r.slug, r.op, r.before, r.after, r.bv, r.av"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[],"
-            " %s::jsonb[], %s::int[], %s::int[])"
-            " WITH ORDINALITY AS r(ns, kind, slug, op, before, after, bv, av, n) ORDER BY r.n",
-            [
-                changeset.id,
-                changeset.seq,
-                changeset.branch,
-                changeset.at,
-                column("namespace"),
-                column("kind"),
-                column("slug"),
-                [str(op) for op in column("op")],
-                [None if r.before is None else Jsonb(r.before) for r in revisions],
-                [None if r.after is None else Jsonb(r.after) for r in revisions],
-                column("before_version"),
-                column("after_version"),
-            ],
-        )
 
 
 def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:
@@ -499,6 +651,7 @@ def _final_entities(
     initial: dict[EntityKey, StoredEntity],
     state: dict[EntityKey, _KeyState],
     keys: Sequence[EntityKey],
+    unmoved: set[EntityKey],
     changeset_id: UUID | None,
     now: Any,
 ) -> dict[EntityKey, StoredEntity | None]:
@@ -508,7 +661,7 @@ def _final_entities(
         after, before = state[key], initial.get(key)
         if not after.exists:
             out[key] = None
-        elif before is not None and same_content(before.content, after.content):
+        elif before is not None and key in unmoved:
             out[key] = before
         else:
             out[key] = StoredEntity(

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from django.db import connection
-from psycopg.types.json import Jsonb
 
 
 @dataclass(frozen=True, order=True)
@@ -46,6 +45,14 @@ class EntityWrite:
     key: EntityKey
     content: dict[str, Any]
     version: int
+    # ``content`` as JSON text when the writer has it already (the write service
+    # serializes each image once); stores pass it to PostgreSQL as ``::jsonb``.
+    text: str | None = None
+
+
+def json_texts(writes: Sequence[EntityWrite]) -> list[str]:
+    """Each write's content as JSON text, for a ``%s::text[]`` parameter cast to jsonb."""
+    return [w.text if w.text is not None else json.dumps(w.content) for w in writes]
 
 
 class KeyRaced(Exception):
@@ -229,9 +236,9 @@ class BaselineStore:
             if updates:
                 ns, kinds, slugs = _columns([w.key for w in updates])
                 cursor.execute(
-                    "UPDATE entities_entity e SET content = k.content, version = k.version,"
+                    "UPDATE entities_entity e SET content = k.content::jsonb, version = k.version,"
                     " updated_at = %s, changeset_id = %s"
-                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int[])"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[])"
                     " AS k(ns, kind, slug, content, version)"
                     " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug",
                     [
@@ -240,7 +247,7 @@ class BaselineStore:
                         ns,
                         kinds,
                         slugs,
-                        [Jsonb(w.content) for w in updates],
+                        json_texts(updates),
                         [w.version for w in updates],
                     ],
                 )
@@ -250,8 +257,8 @@ class BaselineStore:
                     "INSERT INTO entities_entity"
                     " (namespace_id, kind, slug, content, version, created_at, updated_at,"
                     " changeset_id)"
-                    " SELECT k.ns, k.kind, k.slug, k.content, k.version, %s, %s, %s"
-                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int[])"
+                    " SELECT k.ns, k.kind, k.slug, k.content::jsonb, k.version, %s, %s, %s"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[])"
                     " AS k(ns, kind, slug, content, version)"
                     " ON CONFLICT (namespace_id, kind, slug) DO NOTHING",
                     [
@@ -261,7 +268,7 @@ class BaselineStore:
                         ns,
                         kinds,
                         slugs,
-                        [Jsonb(w.content) for w in creates],
+                        json_texts(creates),
                         [w.version for w in creates],
                     ],
                 )

@@ -7,6 +7,7 @@ real commit or rollback is the point (``transaction=True``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 from typing import Any
@@ -22,6 +23,7 @@ from atlas.exceptions import (
     PreconditionFailed,
 )
 from changesets import services
+from changesets.hooks import in_write_transaction
 from changesets.models import (
     AppendOnlyError,
     Changeset,
@@ -220,7 +222,7 @@ def test_a_batch_whose_third_op_fails_leaves_no_trace(
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("fail_at", ["draw-seq", "revision-insert", "journal-insert"])
+@pytest.mark.parametrize("fail_at", ["draw-seq", "after-log-insert", "write-hook"])
 def test_a_failure_after_entity_writes_rolls_the_entity_rows_back(
     writer, namespace, write, monkeypatch, fail_at
 ):
@@ -238,15 +240,21 @@ def test_a_failure_after_entity_writes_rolls_the_entity_rows_back(
     def boom(*args, **kw):
         raise RuntimeError(f"injected failure at {fail_at}")
 
+    real_write_log = services._write_log
+
+    def write_log_then_boom(*args, **kw):
+        real_write_log(*args, **kw)  # changeset, revisions, journal entry and head hash
+        boom()
+
     monkeypatch.setattr(type(baseline), "apply", spy_apply)
     if fail_at == "draw-seq":
         monkeypatch.setattr(services, "_draw_seq", boom)
-    elif fail_at == "revision-insert":
-        monkeypatch.setattr(services, "_insert_revisions", boom)
-    else:
-        monkeypatch.setattr(JournalEntry.objects, "create", boom)
+    elif fail_at == "after-log-insert":
+        monkeypatch.setattr(services, "_write_log", write_log_then_boom)
 
-    with pytest.raises(RuntimeError, match="injected"):
+    with pytest.raises(RuntimeError, match="injected"), contextlib.ExitStack() as stack:
+        if fail_at == "write-hook":
+            stack.enter_context(in_write_transaction(boom))
         apply(writer, PutOp(A, {"n": 2}), DeleteOp(B), PutOp(C, {"n": 1}))
 
     assert applied, "the failure must come after the entity rows were written"
@@ -808,7 +816,7 @@ def test_a_failed_write_sends_no_signal(writer, namespace, write):
 
 # --- cost: a 1,000-op batch is a bounded number of queries ------------------------------------
 
-BATCH_QUERY_BOUND = 16  # measured 14: 4 role reads, 8 statements, 2 savepoints (test-only)
+BATCH_QUERY_BOUND = 9  # measured 9: 1 role read, 6 statements, 2 savepoints (test-only)
 
 
 def test_thousand_op_batches_run_in_a_bounded_number_of_queries(
