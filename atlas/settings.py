@@ -1,4 +1,4 @@
-"""Atlas settings, all from the environment (see docs/configuration.md).
+"""Atlas settings, all from the environment (the table under "Configuration" in README.md).
 
 Development defaults apply only while ``DEBUG`` is on; with ``DEBUG`` off a
 missing ``SECRET_KEY`` is an error rather than a silently insecure default.
