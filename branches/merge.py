@@ -12,14 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from branches.exceptions import MergeConflict, PlanMoved
 from branches.models import Branch, BranchStatus
 from branches.selectors import OverlayChange, overlay_changes_locked
 from branches.store import close_branch, lock_branch_row, require_open
-from entities.store import EntityKey, EntityWrite, StoredEntity, baseline
+from entities.store import (
+    EntityKey,
+    EntityWrite,
+    Locked,
+    StoredEntity,
+    baseline,
+    guard_allows,
+    namespaces_of,
+)
+
+if TYPE_CHECKING:
+    from entities.access import WriteGuard
 
 
 class MergeStore:
@@ -43,8 +54,11 @@ class MergeStore:
     def list(self, **kwargs: Any) -> list[StoredEntity]:
         return baseline.list(**kwargs)
 
-    def lock(self, keys: Iterable[EntityKey]) -> dict[EntityKey, StoredEntity]:
+    def lock(self, keys: Iterable[EntityKey], *, guard: WriteGuard | None = None) -> Locked:
         """Lock the branch row, then baseline rows of every overlay key; re-check the plan.
+
+        0. The keys' namespaces (existence, ``protected``). If ``guard`` refuses
+           any, nothing is locked: the write service refuses the merge.
 
         1. Branch row ``FOR UPDATE``: a second merge (or an abandon) of the
            same branch waits here, then finds it closed (409).
@@ -54,6 +68,10 @@ class MergeStore:
            branch write or a baseline write slipped in before the locks):
            :class:`PlanMoved`, and the merge plans again.
         """
+        wanted = set(keys)
+        existing = namespaces_of(k.namespace for k in wanted) if wanted else {}
+        if not guard_allows(guard, existing):
+            return Locked({}, existing)
         name, status, _ = lock_branch_row(self.merging.pk)
         require_open(name, status)
         changes, locked = overlay_changes_locked(branch=self.merging)
@@ -62,8 +80,7 @@ class MergeStore:
             raise merge_conflict(name, conflicts)
         if {c.key: c.changeset_id for c in changes} != self._expected:
             raise PlanMoved()
-        wanted = set(keys)
-        return {k: e for k, e in locked.items() if k in wanted}
+        return Locked({k: e for k, e in locked.items() if k in wanted}, existing)
 
     def apply(
         self,

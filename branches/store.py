@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from django.db import connection
@@ -28,11 +29,17 @@ from branches.models import Branch, BranchStatus
 from entities.store import (
     EntityKey,
     EntityWrite,
+    Locked,
     StoredEntity,
     entity_filters,
+    guard_allows,
     json_texts,
+    namespaces_of,
     row_to_entity,
 )
+
+if TYPE_CHECKING:
+    from entities.access import WriteGuard
 
 _VIEW_COLUMNS = "namespace_id, kind, slug, content, version, created_at, updated_at, changeset_id"
 
@@ -146,9 +153,11 @@ class BranchStore:
 
     # --- writes (the write service only) ---------------------------------------
 
-    def lock(self, keys: Iterable[EntityKey]) -> dict[EntityKey, StoredEntity]:
+    def lock(self, keys: Iterable[EntityKey], *, guard: WriteGuard | None = None) -> Locked:
         """Lock the branch row, then baseline's rows of ``keys``; return the branch's view.
 
+        0. The keys' namespaces (existence, ``protected``). If ``guard`` refuses
+           any, nothing is locked: the write service refuses the write.
         1. The branch row, ``FOR UPDATE``: writes to one branch queue behind
            each other and behind a merge or abandon; a closed branch is 409.
         2. Baseline rows of the keys, ``FOR SHARE`` in key order, read together
@@ -160,13 +169,16 @@ class BranchStore:
         Remembers, for keys the branch has not written yet, the baseline
         version seen here: :meth:`apply` records it as the key's ``base_version``.
         """
+        keys = sorted(set(keys))
+        existing = namespaces_of(k.namespace for k in keys) if keys else {}
+        if not guard_allows(guard, existing):
+            return Locked({}, existing)
         name, status, namespaces = lock_branch_row(self.branch_id)
         require_open(name, status)
         self._namespaces = set(namespaces)
         self._seen = {}
-        keys = sorted(set(keys))
         if not keys:
-            return {}
+            return Locked({}, existing)
         sql = (
             "WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])"
             "  AS k(ns, kind, slug)),"
@@ -196,7 +208,7 @@ class BranchStore:
             self._seen[key] = _Seen(base_version, row[12])
             if base_version is not None:
                 view[key] = row_to_entity((*row[:3], *row[10:15]))
-        return view
+        return Locked(view, existing)
 
     def apply(
         self,

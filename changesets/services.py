@@ -337,17 +337,24 @@ def _apply_once(
     keys = list(dict.fromkeys(k for k, _ in touched))  # first-touch order
 
     # Namespaces must exist (staff create them) and be writable by the actor.
+    # The store reads them in its lock statement, locking rows only where the
+    # guard says the actor may write, so a refused caller never holds a lock.
     first_pointer: dict[str, str | None] = {}
     for key, pointer in touched:
         first_pointer.setdefault(key.namespace, pointer)
-    namespaces = _namespaces(list(first_pointer))
+    guard = access.write_guard(actor, branch=branch) if check_permissions else None
+    initial, existing = store.lock(keys, guard=guard)
+    namespaces: dict[str, Namespace] = {}
     for name, pointer in first_pointer.items():
-        if name not in namespaces:
+        if name not in existing:
             raise NotFound(f"Namespace {name!r} not found.", pointer=pointer)
+    for name in sorted(existing):  # the order the checks ran in before (by name)
+        namespaces[name] = Namespace.from_db(
+            connection.alias, ["name", "protected"], (name, existing[name])
+        )
     if check_permissions:
         access.require_write(actor, namespaces, branch=branch, pointers=first_pointer)
 
-    initial = store.lock(keys)
     if plan is not None:
         ops = list(plan(initial))
         stray = {op.key for op in ops} - set(keys)
@@ -579,19 +586,6 @@ def _write_log(changeset: Changeset, changes: Sequence[_NetChange], *, journal: 
         )
     cs._state.adding = False
     cs._state.db = connection.alias
-
-
-def _namespaces(names: list[str]) -> dict[str, Namespace]:
-    """The existing namespaces among ``names`` (name and ``protected``), by name.
-
-    Plain SQL: the ORM's queryset machinery cost more than the query here.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT name, protected FROM entities_namespace WHERE name = ANY(%s::text[])", [names]
-        )
-        rows = cursor.fetchall()
-    return {row[0]: Namespace.from_db(connection.alias, ["name", "protected"], row) for row in rows}
 
 
 def _draw_seq(now: datetime) -> tuple[int, datetime, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import dataclass
 from enum import IntEnum
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -158,6 +159,38 @@ def readable_namespaces(user: User) -> list[str] | None:
     if roles.floor >= Role.READER:
         return None
     return sorted(ns for ns, role in roles.grants.items() if role >= Role.READER)
+
+
+@dataclass(frozen=True)
+class WriteGuard:
+    """The namespaces a user may write, for the write service's row locks.
+
+    Stores lock rows only in namespaces the guard allows, so a caller without
+    the role never holds a lock, although the namespace check (existence and
+    ``protected``) is folded into the lock statement and the role check runs
+    after it. ``None`` means every namespace.
+    """
+
+    unprotected: tuple[str, ...] | None
+    protected: tuple[str, ...] | None
+
+    def allows(self, name: str, protected: bool) -> bool:
+        names = self.protected if protected else self.unprotected
+        return names is None or name in names
+
+
+def write_guard(user: User, *, branch: str) -> WriteGuard:
+    """:class:`WriteGuard` for ``user`` writing ``branch`` (the rule of
+    :func:`required_write_role`, over every namespace at once)."""
+    roles = roles_for(user)
+
+    def at_least(level: Role) -> tuple[str, ...] | None:
+        if roles.floor >= level:
+            return None
+        return tuple(sorted(ns for ns, role in roles.grants.items() if role >= level))
+
+    writer = at_least(Role.WRITER)
+    return WriteGuard(writer, writer if branch != "" else at_least(Role.MAINTAINER))
 
 
 def required_write_role(namespace: Namespace, *, branch: str) -> Role:

@@ -14,10 +14,13 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from uuid import UUID
 
 from django.db import connection
+
+if TYPE_CHECKING:
+    from entities.access import WriteGuard
 
 
 @dataclass(frozen=True, order=True)
@@ -59,6 +62,33 @@ class KeyRaced(Exception):
     """A key this transaction meant to create was created concurrently; retry."""
 
 
+class Locked(NamedTuple):
+    """What :meth:`EntityStore.lock` returns.
+
+    ``rows``: the locked existing rows by key. ``namespaces``: the keys'
+    namespaces that exist, name → ``protected`` (the write service's
+    existence and role checks; a missing name does not exist).
+    """
+
+    rows: dict[EntityKey, StoredEntity]
+    namespaces: dict[str, bool]
+
+
+def namespaces_of(names: Iterable[str]) -> dict[str, bool]:
+    """The existing namespaces among ``names``: name → ``protected`` (one statement)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, protected FROM entities_namespace WHERE name = ANY(%s::text[])",
+            [sorted(set(names))],
+        )
+        return dict(cursor.fetchall())
+
+
+def guard_allows(guard: WriteGuard | None, namespaces: dict[str, bool]) -> bool:
+    """True when ``guard`` lets its user write every one of ``namespaces``."""
+    return guard is None or all(guard.allows(n, p) for n, p in namespaces.items())
+
+
 class EntityStore(Protocol):
     branch: str
 
@@ -75,7 +105,7 @@ class EntityStore(Protocol):
         limit: int = 50,
     ) -> list[StoredEntity]: ...
 
-    def lock(self, keys: Iterable[EntityKey]) -> dict[EntityKey, StoredEntity]: ...
+    def lock(self, keys: Iterable[EntityKey], *, guard: WriteGuard | None = None) -> Locked: ...
 
     def apply(
         self,
@@ -196,24 +226,57 @@ class BaselineStore:
             cursor.execute(sql, [*params, limit])
             return [row_to_entity(row) for row in cursor.fetchall()]
 
-    def lock(self, keys: Iterable[EntityKey]) -> dict[EntityKey, StoredEntity]:
-        """Lock the existing rows among ``keys`` (FOR UPDATE) and return them.
+    def lock(self, keys: Iterable[EntityKey], *, guard: WriteGuard | None = None) -> Locked:
+        """Lock the existing rows among ``keys`` (FOR UPDATE) and return them, with
+        the keys' namespaces (existence and ``protected``), in one statement.
 
         Rows are locked in key order, so two batches over overlapping keys
-        queue behind each other instead of deadlocking.
+        queue behind each other instead of deadlocking. With a ``guard``, only
+        rows in namespaces it allows are locked: a caller the service will
+        refuse (after this statement, from ``namespaces``) never holds a lock.
         """
         keys = sorted(set(keys))
         if not keys:
-            return {}
+            return Locked({}, {})
         ns, kinds, slugs = _columns(keys)
+        unprotected = None if guard is None else guard.unprotected
+        protected = None if guard is None else guard.protected
         sql = (
-            f"{_SELECT} JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(ns, kind, slug)"
-            " ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
-            " ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e"
+            "WITH n AS (SELECT name, protected FROM entities_namespace"
+            "  WHERE name = ANY(%s::text[])),"
+            " e AS (SELECT e.namespace_id, e.kind, e.slug, e.content, e.version,"
+            "  e.created_at, e.updated_at, e.changeset_id FROM entities_entity e"
+            "  JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(ns, kind, slug)"
+            "  ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+            "  JOIN n ON n.name = e.namespace_id AND CASE WHEN n.protected"
+            "   THEN %s OR n.name = ANY(%s::text[]) ELSE %s OR n.name = ANY(%s::text[]) END"
+            "  ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e)"
+            " SELECT name, NULL, NULL, NULL::jsonb, NULL::int, NULL::timestamptz,"
+            "  NULL::timestamptz, NULL::uuid, protected FROM n"
+            " UNION ALL SELECT *, NULL FROM e"
         )
+        params = [
+            sorted(set(ns)),
+            ns,
+            kinds,
+            slugs,
+            protected is None,
+            list(protected or ()),
+            unprotected is None,
+            list(unprotected or ()),
+        ]
         with connection.cursor() as cursor:
-            cursor.execute(sql, [ns, kinds, slugs])
-            return {e.key: e for e in map(row_to_entity, cursor.fetchall())}
+            cursor.execute(sql, params)
+            result = cursor.fetchall()
+        rows: dict[EntityKey, StoredEntity] = {}
+        namespaces: dict[str, bool] = {}
+        for row in result:
+            if row[8] is None:
+                entity = row_to_entity(row)
+                rows[entity.key] = entity
+            else:
+                namespaces[row[0]] = row[8]
+        return Locked(rows, namespaces)
 
     def apply(
         self,

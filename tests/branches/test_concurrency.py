@@ -60,8 +60,8 @@ def merge_locked(monkeypatch) -> threading.Event:
     locked = threading.Event()
     real = MergeStore.lock
 
-    def lock(self, keys):
-        rows = real(self, keys)
+    def lock(self, keys, **kw):
+        rows = real(self, keys, **kw)
         locked.set()
         time.sleep(0.3)
         return rows

@@ -77,8 +77,8 @@ def race_at_lock(monkeypatch) -> Callable[[int], list[str]]:
         barrier = threading.Barrier(parties, timeout=10)
         real_lock = BaselineStore.lock
 
-        def lock(self, keys):
-            locked = real_lock(self, keys)
+        def lock(self, keys, **kw):
+            locked = real_lock(self, keys, **kw)
             me = threading.current_thread().name
             first = me not in calls
             calls.append(me)

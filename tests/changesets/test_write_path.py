@@ -197,3 +197,97 @@ def test_write_hooks_run_once_inside_the_transaction_after_the_rows_exist(staff,
             rpc=Rpc.BATCH_MUTATE,
         )
     assert seen == [(result.changeset.seq, True, (1, 2))]
+
+
+# --- the namespace check rides on the lock statement; refused callers lock nothing ------
+
+
+def test_lock_statement_carries_the_namespace_check(staff, namespace, protected_namespace):
+    changeset_apply(
+        store=baseline, actor=staff, ops=[PutOp(key("a"), {"n": 0})], rpc=Rpc.PUT_ENTITY
+    )
+    keys = [key("a"), key("b"), EntityKey("acme.core", "x", "y"), EntityKey("no.such", "x", "y")]
+    with CaptureQueriesContext(connection) as captured:
+        rows, namespaces = baseline.lock(keys)
+    assert len(captured) == 1
+    assert list(rows) == [key("a")]
+    assert namespaces == {NS: False, "acme.core": True}
+
+
+@pytest.mark.parametrize(
+    ("roles", "protected", "branch", "locks"),
+    [
+        ({}, False, "", False),
+        ({"reader": ["acme.orders"]}, False, "", False),
+        ({"writer": ["acme.orders"]}, False, "", True),
+        ({"writer": ["acme.orders"]}, True, "", False),  # protected baseline needs maintainer
+        ({"writer": ["acme.orders"]}, True, "feature", True),
+        ({"maintainer": ["acme.orders"]}, True, "", True),
+        ({"writer": ["other.ns"]}, False, "", False),
+    ],
+)
+def test_the_guard_locks_rows_only_where_the_actor_may_write(
+    staff, namespace, make_user, roles, protected, branch, locks
+):
+    from entities import access
+
+    changeset_apply(
+        store=baseline, actor=staff, ops=[PutOp(key("a"), {"n": 0})], rpc=Rpc.PUT_ENTITY
+    )
+    if protected:
+        type(namespace).objects.filter(pk=namespace.pk).update(protected=True)
+    user = make_user("guarded", **roles)
+    guard = access.write_guard(type(user).objects.get(pk=user.pk), branch=branch)
+    rows, namespaces = baseline.lock([key("a")], guard=guard)
+    assert namespaces == {NS: protected}
+    assert bool(rows) is locks
+    assert guard.allows(NS, protected) is locks
+    # The service's own check agrees with the guard.
+    allowed = access.role_in(user, NS) >= access.required_write_role(
+        type(namespace)(name=NS, protected=protected), branch=branch
+    )
+    assert allowed is locks
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_writer_never_waits_for_or_holds_the_row_lock(staff, namespace, make_user):
+    """A reader's write is refused without touching the row lock a writer holds."""
+    import threading
+
+    from atlas.exceptions import PermissionDenied
+
+    changeset_apply(
+        store=baseline, actor=staff, ops=[PutOp(key("a"), {"n": 0})], rpc=Rpc.PUT_ENTITY
+    )
+    reader = make_user("reader", reader=[NS])
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        from django.db import transaction
+
+        try:
+            with transaction.atomic():
+                baseline.lock([key("a")])
+                held.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with connection.cursor() as cursor:  # a lock wait fails the test instead of blocking
+            cursor.execute("SET lock_timeout = '1s'")
+        with pytest.raises(PermissionDenied):
+            changeset_apply(
+                store=baseline,
+                actor=reader,
+                ops=[PutOp(key("a"), {"n": 1})],
+                rpc=Rpc.PUT_ENTITY,
+            )
+    finally:
+        release.set()
+        holder.join(10)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
