@@ -816,7 +816,7 @@ def test_a_failed_write_sends_no_signal(writer, namespace, write):
 
 # --- cost: a 1,000-op batch is a bounded number of queries ------------------------------------
 
-BATCH_QUERY_BOUND = 9  # measured 9: 1 role read, 6 statements, 2 savepoints (test-only)
+BATCH_QUERY_BOUND = 8  # measured 8: 1 role read, 5 statements, 2 savepoints (test-only)
 
 
 def test_thousand_op_batches_run_in_a_bounded_number_of_queries(

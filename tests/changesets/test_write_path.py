@@ -109,10 +109,9 @@ def test_single_write_statements(staff, namespace):
             store=baseline, actor=staff, ops=[PutOp(key("a"), {"n": 1})], rpc=Rpc.PUT_ENTITY
         )
     sql = [q["sql"] for q in captured.captured_queries]
-    # namespace, lock, entity UPDATE, seq draw, the log statement, and (tests only) the
-    # savepoint pair around the durable atomic block inside the test's transaction.
-    print("\n" + "\n".join(s[:90] for s in sql))
-    assert len(sql) <= 7, sql
+    # lock (with the namespace check), entity UPDATE, seq draw, the log statement, and
+    # (tests only) the savepoint pair around the atomic block inside the test's transaction.
+    assert len(sql) == 6, sql
     assert sum("INSERT INTO changesets_changeset" in s for s in sql) == 1
     assert sum("changesets_loghead" in s for s in sql) == 2  # seq draw, then the log statement
 
