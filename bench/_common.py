@@ -231,3 +231,37 @@ def plot(
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def drop_secondary(cursor, table: str) -> list[str]:
+    """Drop ``table``'s unique/foreign-key constraints and secondary indexes (not the
+    primary key); return the statements that recreate them exactly as they were.
+
+    Loading an empty table and then building each index once (a sort) is several
+    times faster than maintaining six indexes row by row over 10M rows.
+    """
+    cursor.execute(
+        "SELECT conname, pg_get_constraintdef(oid), contype FROM pg_constraint"
+        " WHERE conrelid = %s::regclass AND contype IN ('u', 'f')",
+        [table],
+    )
+    constraints = cursor.fetchall()
+    cursor.execute(
+        "SELECT i.relname, pg_get_indexdef(i.oid) FROM pg_index x"
+        " JOIN pg_class i ON i.oid = x.indexrelid"
+        " WHERE x.indrelid = %s::regclass AND NOT x.indisprimary"
+        " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)",
+        [table],
+    )
+    indexes = cursor.fetchall()
+    for name, _definition, _kind in constraints:
+        cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
+    for name, _definition in indexes:
+        cursor.execute(f'DROP INDEX "{name}"')
+    # Unique constraints first (their indexes), foreign keys last (they validate).
+    recreate = [definition for _name, definition in indexes]
+    recreate += [
+        f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}'
+        for name, definition, kind in sorted(constraints, key=lambda c: c[2] == "f")
+    ]
+    return recreate

@@ -10,7 +10,8 @@ this order, each with a time limit:
     feed     bench/feed_lag.py          5 feed page time, commit-to-receipt lag
     asof     bench/asof_vs_peers.py     4 as-of pages vs depth, vs django-simple-history
     legacy   bench/asof.py, bench/batch_write.py (refresh their own sections)
-    history  bench/history_pages.py     3 history page at 10k / 1M / 10M revisions
+    history  bench/history_pages.py     3 history page at 10k / 1M / 10M revisions, Atlas
+                                        and the peers (bench/history_vs_peers.py)
 
 then writes the summary section (targets met or missed, by how much) and
 leaves every part's own section and plot in docs/benchmarks.md and
@@ -261,6 +262,12 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
     if hist:
         first, last = hist[0], hist[-1]
         ratio = last["selector"]["p50"] / first["selector"]["p50"]
+        peers_txt = ", ".join(
+            f"{peer.replace('django-', '')} {fmt_ratio(m['p50'] / first['peers'][peer]['p50'])}"
+            f" ({m['p50']:.2f} vs {first['peers'][peer]['p50']:.2f} ms)"
+            for peer, m in last.get("peers", {}).items()
+            if peer in first.get("peers", {})
+        )
         rows.append(
             [
                 f"3 history page at {last['revisions']:,} vs {first['revisions']:,} revisions",
@@ -268,7 +275,7 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
                 f"{fmt_ratio(ratio)} ({last['selector']['p50']:.2f} vs"
                 f" {first['selector']['p50']:.2f} ms)",
                 verdict(ratio <= 1.3, ratio, 1.3),
-                "not measured for the peers",
+                peers_txt or "peers not measured in this run",
             ]
         )
         for total_, why in results["history"].get("skipped", []):

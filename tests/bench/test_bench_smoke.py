@@ -91,3 +91,8 @@ def test_suite_measures_the_peers(smoke_run):
         "django-simple-history save() loop",
     ):
         assert row in doc, row
+    # Part 3: each peer's history page at every size, beside Atlas's.
+    history = doc.split("## Against the peers 3.")[1].split("\n## ")[0]
+    for peer in ("django-simple-history", "django-reversion", "django-pghistory"):
+        for size in ("1,000", "5,000"):
+            assert f"| {peer} | {size} |" in history, (peer, size)
