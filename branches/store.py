@@ -31,9 +31,9 @@ from entities.store import (
     EntityWrite,
     Locked,
     StoredEntity,
+    contents_json,
     entity_filters,
     guard_allows,
-    json_texts,
     namespaces_of,
     row_to_entity,
 )
@@ -249,10 +249,11 @@ class BranchStore:
                     "INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
                     " content, deleted, version, base_version, created_at, updated_at,"
                     " changeset_id)"
-                    " SELECT %s, k.ns, k.kind, k.slug, k.content::jsonb, FALSE, k.version,"
+                    " SELECT %s, k.ns, k.kind, k.slug, k.content, FALSE, k.version,"
                     " k.base, k.created, %s, %s"
-                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[],"
-                    " %s::int[], %s::timestamptz[])"
+                    " FROM ROWS FROM (unnest(%s::text[]), unnest(%s::text[]), unnest(%s::text[]),"
+                    " jsonb_array_elements(%s::jsonb), unnest(%s::int[]), unnest(%s::int[]),"
+                    " unnest(%s::timestamptz[]))"
                     " AS k(ns, kind, slug, content, version, base, created)"
                     " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
                     " content = EXCLUDED.content, deleted = FALSE, version = EXCLUDED.version,"
@@ -264,7 +265,7 @@ class BranchStore:
                         now,
                         changeset_id,
                         *_columns(keys),
-                        json_texts(writes),
+                        contents_json(writes),
                         [w.version for w in writes],
                         [base(k) for k in keys],
                         created,

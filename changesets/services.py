@@ -45,7 +45,14 @@ from changesets.ops import (
 )
 from entities import access
 from entities.models import Namespace
-from entities.store import EntityKey, EntityStore, EntityWrite, KeyRaced, StoredEntity
+from entities.store import (
+    EntityKey,
+    EntityStore,
+    EntityWrite,
+    KeyRaced,
+    StoredEntity,
+    json_array,
+)
 from entities.validation import (
     MSG_BAD_TEXT,
     MSG_CONTENT_OBJECT,
@@ -522,8 +529,9 @@ def _write_log(changeset: Changeset, changes: Sequence[_NetChange], *, journal: 
     the log head's hash: one statement (data-modifying CTEs), one round trip.
 
     Revision rows are inserted from column arrays in written order (ids follow
-    it, and the chain digests revisions in id order); images go over as the
-    canonical texts already made, cast to jsonb. ``changeset`` is then marked
+    it, and the chain digests revisions in id order); the images go over as
+    two JSON arrays of the canonical texts already made (``json_array``; an
+    image is an object or absent, so a ``null`` element means absent). ``changeset`` is then marked
     as a saved row, so callers use it as if it had been read back.
     """
     ns, kinds, slugs, ops, befores, afters, bvs, avs = [], [], [], [], [], [], [], []
@@ -554,9 +562,11 @@ def _write_log(changeset: Changeset, changes: Sequence[_NetChange], *, journal: 
             " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
             " kind, slug, op, before, after, before_version, after_version)"
             " SELECT %(id)s, %(seq)s, %(branch)s, %(at)s, r.ns, r.kind, r.slug, r.op,"
-            " r.before::jsonb, r.after::jsonb, r.bv, r.av"
-            " FROM unnest(%(ns)s::text[], %(kinds)s::text[], %(slugs)s::text[], %(ops)s::text[],"
-            " %(befores)s::text[], %(afters)s::text[], %(bvs)s::int[], %(avs)s::int[])"
+            " NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), r.bv, r.av"
+            " FROM ROWS FROM (unnest(%(ns)s::text[]), unnest(%(kinds)s::text[]),"
+            " unnest(%(slugs)s::text[]), unnest(%(ops)s::text[]),"
+            " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb),"
+            " unnest(%(bvs)s::int[]), unnest(%(avs)s::int[]))"
             " WITH ORDINALITY AS r(ns, kind, slug, op, before, after, bv, av, n) ORDER BY r.n)"
             f"{journal_sql}"
             " UPDATE changesets_loghead SET hash = %(hash)s WHERE id = 1",
@@ -578,8 +588,8 @@ def _write_log(changeset: Changeset, changes: Sequence[_NetChange], *, journal: 
                 "kinds": kinds,
                 "slugs": slugs,
                 "ops": ops,
-                "befores": befores,
-                "afters": afters,
+                "befores": json_array(befores),
+                "afters": json_array(afters),
                 "bvs": bvs,
                 "avs": avs,
             },
