@@ -13,7 +13,7 @@ from atlas.api import paging
 from changesets.models import Changeset, Rpc
 from changesets.ops import PutOp
 from changesets.services import changeset_apply
-from entities.store import EntityKey
+from entities.store import EntityKey, Locked, namespaces_of
 from tests.entities.factories import NamespaceFactory
 
 API = "/api/v1"
@@ -87,8 +87,8 @@ class _BranchStore:
     def list(self, **kwargs):
         return []
 
-    def lock(self, keys):
-        return {}
+    def lock(self, keys, **kwargs):
+        return Locked({}, namespaces_of(k.namespace for k in keys))
 
     def apply(self, **kwargs):
         return None

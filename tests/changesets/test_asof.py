@@ -25,7 +25,7 @@ from changesets import asof
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PutOp, canonical
 from changesets.services import changeset_apply
-from entities.store import EntityKey, baseline
+from entities.store import EntityKey, Locked, baseline, namespaces_of
 from tests.atlas.test_errors import assert_problem
 from tests.entities.factories import NamespaceFactory
 
@@ -479,8 +479,8 @@ class _BranchStore:
     def list(self, **kwargs):
         return []
 
-    def lock(self, keys):
-        return {}
+    def lock(self, keys, **kwargs):
+        return Locked({}, namespaces_of(k.namespace for k in keys))
 
     def apply(self, **kwargs):
         return None
