@@ -257,27 +257,41 @@ def stage(total: int, repeat: int, database: str) -> dict:
     }
     # Interleaved: target 0 is each one's first call after connecting, 1-2 warm up,
     # then every target is read by each implementation in turn (rotating who goes first).
+    # Two passes over the same targets: the first reads pages the cache may not hold (at
+    # 10M rows, four implementations' tables outgrow the page cache, so it mostly times
+    # the disk); the second reads them cached and times the work itself, which is what
+    # "flat as the log grows" is about. Both are reported; p50 is the second.
     calls = {"selector": selector}
     if peers:
         calls.update(hvp.readers(slugs))
     samples: dict[str, list[float]] = {name: [] for name in calls}
+    cold: dict[str, list[float]] = {name: [] for name in calls}
     first: dict[str, float] = {}
     deadline = time.monotonic() + 60 * len(calls)
     names = list(calls)
-    for i in range(len(targets)):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            start = time.perf_counter()
-            calls[name](i)
-            took = (time.perf_counter() - start) * 1000
-            if i == 0:
-                first[name] = took
-            elif i >= 3:
-                samples[name].append(took)
-        if time.monotonic() > deadline:
-            break
-    out["selector"] = {**summary(samples["selector"]), "first": first["selector"]}
+    for warm in (False, True):
+        for i in range(len(targets)):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                start = time.perf_counter()
+                calls[name](i)
+                took = (time.perf_counter() - start) * 1000
+                if i == 0 and not warm:
+                    first[name] = took
+                elif i >= 3:
+                    (samples if warm else cold)[name].append(took)
+            if time.monotonic() > deadline:
+                break
+    out["selector"] = {
+        **summary(samples["selector"] or cold["selector"]),
+        "first": first["selector"],
+        "cold_p50": summary(cold["selector"])["p50"],
+    }
     for peer in peers:
-        out["peers"][peer] = {**summary(samples[peer]), "first": first[peer]}
+        out["peers"][peer] = {
+            **summary(samples[peer] or cold[peer]),
+            "first": first[peer],
+            "cold_p50": summary(cold[peer])["p50"],
+        }
     http_samples = []
     deadline = time.monotonic() + 60
     for i in range(len(targets)):
@@ -439,6 +453,7 @@ def report(results: list[dict], skipped: list, peers: tuple[str, ...], repeat: i
                 r["http"]["p50"],
                 r["http"]["p95"],
                 f"{r['http']['p50'] / base['http']['p50']:.2f}×",
+                r["selector"].get("cold_p50", float("nan")),
                 r["selector"]["first"],
                 f"{atlas_pop['total_s']:.0f} s" if atlas_pop else "reused",
             ]
@@ -466,7 +481,13 @@ def report(results: list[dict], skipped: list, peers: tuple[str, ...], repeat: i
         f"Newest 50 revisions of one entity (a different, random entity each call;"
         f" {repeat} calls after 3 warm-ups), each size in a database of its own populated"
         f" with set-based SQL through Atlas's schema ({PER_ENTITY} revisions per entity,"
-        f" {PER_CHANGESET} per changeset). `first` = the first call after connecting.",
+        f" {PER_CHANGESET} per changeset). Two passes over the same targets: p50/p95 are"
+        " the second (pages cached: the cost of the work, which is what must stay flat);"
+        " `cold p50` is the first, right after the population or a reconnect, when at 10M"
+        " rows the four implementations' tables (about 13 GiB) no longer fit the page cache"
+        " and each call waits on 100-odd random disk reads (the plans below read about the"
+        " same number of buffers at every size). `first` = the first call after"
+        " connecting.",
         "",
         table(
             [
@@ -478,6 +499,7 @@ def report(results: list[dict], skipped: list, peers: tuple[str, ...], repeat: i
                 "HTTP p50 ms",
                 "p95",
                 "× smallest",
+                "selector cold p50 ms",
                 "first ms",
                 "populated in",
             ],
@@ -535,6 +557,7 @@ def peer_report(results: list[dict], peers: tuple[str, ...]) -> list[str]:
                     f"{m['p50'] / own0:.2f}×",
                     f"{m['p50'] / atlas0:.2f}×",
                     f"{m['p50'] / r['selector']['p50']:.2f}×",
+                    m.get("cold_p50", float("nan")),
                     m["first"],
                     f"{pop['total_s']:.0f} s" if pop else "reused",
                 ]
@@ -562,6 +585,7 @@ def peer_report(results: list[dict], peers: tuple[str, ...]) -> list[str]:
                 "× its smallest",
                 "× Atlas smallest",
                 "÷ Atlas same size",
+                "cold p50 ms",
                 "first ms",
                 "populated in",
             ],
