@@ -251,11 +251,14 @@ def test_concurrent_identical_requests_with_one_key_write_one_changeset(make_use
 
 
 def other_session() -> psycopg.Connection:
-    """A second session on the test database (advisory locks are per database)."""
-    s = connection.settings_dict
-    return psycopg.connect(
-        host=s["HOST"], port=s["PORT"], user=s["USER"], dbname=s["NAME"], autocommit=True
-    )
+    """A second session on the test database (advisory locks are per database).
+
+    Built from the test database's URL, so the embedded server's socket directory
+    (in ``OPTIONS["host"]``, not ``HOST``) is honoured as well as a TCP server.
+    """
+    from tests.changesets.worker_helpers import database_url_for_workers
+
+    return psycopg.connect(database_url_for_workers(), autocommit=True)
 
 
 def advisory_locks_of_this_session() -> int:
