@@ -16,7 +16,9 @@ import importlib.metadata
 import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -95,6 +97,42 @@ def repeat_ms(fn: Callable[[], Any], count: int, *, seconds: float, warm: int = 
         if time.monotonic() > deadline:
             break
     return samples
+
+
+def interleaved_ms(
+    fns: dict[Any, Callable[[], Any]], count: int, *, seconds: float | None = None
+) -> dict[Any, list[float]]:
+    """Each function once untimed, then up to ``count`` rounds of one timed call each.
+
+    Interleaving (each round runs every function once) means a load spike from
+    whatever else shares the machine hits every read alike, so ratios between
+    them hold up better than times measured one function after another.
+    """
+    for fn in fns.values():
+        fn()
+    samples: dict[Any, list[float]] = {key: [] for key in fns}
+    deadline = None if seconds is None else time.monotonic() + seconds
+    for _ in range(count):
+        for key, fn in fns.items():
+            samples[key].append(timed_ms(fn)[0])
+        if deadline is not None and time.monotonic() > deadline:
+            break
+    return samples
+
+
+def stop_process_group(process: subprocess.Popen, *, grace: float = 15) -> None:
+    """SIGTERM the process group started with ``start_new_session``; SIGKILL it after
+    ``grace`` seconds (gunicorn and celery leave workers behind otherwise)."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(5)
 
 
 def versions() -> dict[str, str]:

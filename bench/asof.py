@@ -14,9 +14,9 @@ records an EXPLAIN ANALYZE, and writes both to docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
+from _common import interleaved_ms, summary
 from _setup import setup, write_section
 
 NS = "bench.asof"
@@ -92,28 +92,6 @@ def populate(cursor, entities: int, updates: int) -> None:
     print(f"populated in {time.perf_counter() - started:.0f} s")
 
 
-def timed_together(fns: list, repeat: int) -> list[tuple[float, float]]:
-    """Median and p95 ms of each function, run in interleaved rounds.
-
-    Interleaving (round r runs every read once) means a load spike from
-    whatever else shares the machine hits every read alike, so the ratios to
-    the current page hold up better than times measured one read after another.
-    """
-    for fn in fns:
-        fn()  # warm the cache
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            fn()
-            samples[i].append((time.perf_counter() - start) * 1000)
-    out = []
-    for series in samples:
-        series.sort()
-        out.append((statistics.median(series), series[max(0, int(len(series) * 0.95) - 1)]))
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--entities", type=int, default=10_000)
@@ -151,11 +129,10 @@ def main() -> None:
             return entities_as_of(seq=seq, namespaces=None, namespace=NS, limit=args.page)
 
         reads.append((f"as of {depth:,} changesets back", page))
+    timed = interleaved_ms(dict(reads), args.repeat)
     rows = [
-        (name, median, p95, len(fn()))
-        for (name, fn), (median, p95) in zip(
-            reads, timed_together([fn for _, fn in reads], args.repeat), strict=True
-        )
+        (name, summary(timed[name])["p50"], summary(timed[name])["p95"], len(fn()))
+        for name, fn in reads
     ]
 
     # The same pages through the HTTP API (in-process test client, no network):
@@ -182,11 +159,9 @@ def main() -> None:
         http_reads.append(
             (f"as of {depth:,} changesets back", lambda t=target: http(f"&as_of={t.id}"))
         )
+    timed = interleaved_ms(dict(http_reads), args.repeat)
     http_rows = [
-        (name, median, p95)
-        for (name, _), (median, p95) in zip(
-            http_reads, timed_together([fn for _, fn in http_reads], args.repeat), strict=True
-        )
+        (name, summary(timed[name])["p50"], summary(timed[name])["p95"]) for name, _ in http_reads
     ]
 
     where, params = entity_filters(

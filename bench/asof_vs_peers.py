@@ -22,6 +22,7 @@ from _common import (
     database,
     header,
     image,
+    interleaved_ms,
     peers_available,
     plot,
     repeat_ms,
@@ -64,22 +65,6 @@ def populate_sh(cursor, entities: int, updates: int, payload: str) -> float:
     cursor.execute("ANALYZE bench_peers_historicalshitem")
     cursor.execute("ANALYZE bench_peers_shitem")
     return time.perf_counter() - started
-
-
-def interleaved_ms(fns: dict, count: int, *, seconds: float) -> dict:
-    """Each function once untimed, then up to ``count`` rounds of one timed call each."""
-    for fn in fns.values():
-        fn()
-    samples: dict = {key: [] for key in fns}
-    deadline = time.monotonic() + seconds
-    for _ in range(count):
-        for key, fn in fns.items():
-            started = time.perf_counter()
-            fn()
-            samples[key].append((time.perf_counter() - started) * 1000)
-        if time.monotonic() > deadline:
-            break
-    return samples
 
 
 def main() -> None:

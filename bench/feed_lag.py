@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from _common import bench_env, database, header, summary, table, write_json
+from _common import bench_env, database, header, stop_process_group, summary, table, write_json
 from _setup import ROOT, setup, write_section
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
@@ -94,22 +93,10 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen:
     deadline = time.monotonic() + 60
     while " ready." not in log.read_text(errors="replace"):
         if process.poll() is not None or time.monotonic() > deadline:
-            stop_worker(process)
+            stop_process_group(process)
             raise RuntimeError(f"celery worker did not start:\n{log.read_text()[-3000:]}")
         time.sleep(0.2)
     return process
-
-
-def stop_worker(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
 
 
 def main() -> None:
@@ -255,7 +242,7 @@ def main() -> None:
                 }
                 receiver.requests = 0
         finally:
-            stop_worker(worker)
+            stop_process_group(worker)
             receiver.close()
             Subscription.objects.filter(pk=subscription.pk).update(active=False)
             if use_redis:

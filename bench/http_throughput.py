@@ -20,7 +20,6 @@ import contextlib
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +29,17 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import bench_env, database, header, image, plot, summary, table, write_json
+from _common import (
+    bench_env,
+    database,
+    header,
+    image,
+    plot,
+    stop_process_group,
+    summary,
+    table,
+    write_json,
+)
 from _setup import ROOT, setup, write_section
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
@@ -209,15 +218,7 @@ def main() -> None:
                 flush=True,
             )
     finally:
-        if server.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(server.pid, signal.SIGKILL)
-                server.wait(5)
+        stop_process_group(server, grace=20)
         if use_redis:
             with contextlib.suppress(Exception):
                 import redis
