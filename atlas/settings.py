@@ -121,6 +121,20 @@ if ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS > 0:
         f"{_options} -c idle_in_transaction_session_timeout="
         f"{ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS}s"
     ).strip()
+# The hot statements (role lookup, a write's lock and log statement) are prepared
+# once per connection (atlas/db.py). Prepared statements live in the server
+# session: turn this off behind a pooler in transaction mode.
+ATLAS_DB_PREPARED_STATEMENTS = env_bool("ATLAS_DB_PREPARED_STATEMENTS", default=True)
+if ATLAS_DB_PREPARED_STATEMENTS:
+    # Django passes None (never prepare); only atlas.db's cursors ask to. Their
+    # statements look rows up by key arrays through unique indexes, a plan that
+    # fits every size: the generic plan skips planning on each execution
+    # (PostgreSQL kept re-planning the lock statement for each write).
+    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
+    _options = DATABASES["default"]["OPTIONS"].get("options", "")
+    DATABASES["default"]["OPTIONS"]["options"] = (
+        f"{_options} -c plan_cache_mode=force_generic_plan"
+    ).strip()
 # libpq TCP keepalives: a connection to a PostgreSQL that vanished (host down,
 # network cut) fails after idle + interval x count seconds instead of the OS's
 # two hours, so a worker waiting on it answers 503 rather than hanging. 0 keeps

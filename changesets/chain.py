@@ -94,12 +94,11 @@ def _timestamp(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def changeset_hash(*, prev_hash: str, changeset: Any, revisions_hex: str) -> str:
-    header = {
+def _header_rest(changeset: Any, revisions_hex: str) -> dict[str, Any]:
+    """The header's members other than ``at`` and ``seq`` (the two the log head hands out)."""
+    return {
         "id": str(changeset.id),
-        "seq": changeset.seq,
         "author": changeset.author_name,
-        "at": _timestamp(changeset.at),
         "message": changeset.message,
         "comment": changeset.comment,
         "branch": changeset.branch,
@@ -108,10 +107,46 @@ def changeset_hash(*, prev_hash: str, changeset: Any, revisions_hex: str) -> str
         "namespaces": list(changeset.namespaces),
         "revisions": revisions_hex,
     }
+
+
+def changeset_hash(*, prev_hash: str, changeset: Any, revisions_hex: str) -> str:
+    header = {
+        **_header_rest(changeset, revisions_hex),
+        "seq": changeset.seq,
+        "at": _timestamp(changeset.at),
+    }
     digest = hashlib.sha256(VERSION)
     digest.update(prev_hash.encode())
     digest.update(_canonical(header))
     return digest.hexdigest()
+
+
+def header_middle(changeset: Any, revisions_hex: str) -> str:
+    """The canonical header without its first member (``at``) and its last (``seq``).
+
+    The write path has PostgreSQL compute the hash in the statement that draws
+    ``seq`` and ``at`` (:func:`hash_sql`), so the log head's lock is taken and
+    released without a round trip to Python in between. With sorted keys
+    ``at`` sorts first and ``seq`` last, so the header PostgreSQL hashes is
+    ``{"at":"<at>",`` + this + ``,"seq":<seq>}``, byte for byte what
+    :func:`changeset_hash` hashes (``tests/changesets/test_chain.py`` pins it).
+    """
+    return _canonical(_header_rest(changeset, revisions_hex)).decode()[1:-1]
+
+
+def hash_sql(*, prev: str, at: str, seq: str, middle: str) -> str:
+    """SQL for :func:`changeset_hash` of SQL expressions ``prev``, ``at``, ``seq``
+    and ``middle`` (the text of :func:`header_middle`).
+
+    ``at`` is formatted as :func:`_timestamp` does (UTC, microseconds, ``+00:00``).
+    """
+    return (
+        "encode(sha256(convert_to("
+        f"'{VERSION.decode()}' || {prev} || '{{\"at\":\"'"
+        f" || to_char(({at}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
+        f" || '+00:00\",' || {middle} || ',\"seq\":' || ({seq})::text || '}}',"
+        " 'UTF8')), 'hex')"
+    )
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,9 @@ class LogHead(models.Model):
     at = models.DateTimeField(null=True)
     # The newest changeset's chain hash, so anyone can anchor the log's head.
     hash = models.CharField(max_length=64, blank=True, default="")
+    # The hash before ``hash``: the write statement sets both and returns them,
+    # because RETURNING sees only new values and the changeset row needs the old.
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="loghead_single_row")]

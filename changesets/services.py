@@ -22,6 +22,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
+from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
 from changesets import chain
 from changesets.hooks import run_write_hooks
@@ -46,11 +47,13 @@ from changesets.ops import (
 from entities import access
 from entities.models import Namespace
 from entities.store import (
+    BaselineStore,
     EntityKey,
     EntityStore,
     EntityWrite,
     KeyRaced,
     StoredEntity,
+    WriteSql,
     json_array,
 )
 from entities.validation import (
@@ -199,13 +202,14 @@ def changeset_apply(
        ones. Each key folds to one net change: first ``before``, last ``after``
        (invariant 4). A key whose net change is nothing writes nothing.
     3. Nothing moved, or a dry run: return without a changeset (invariant 3).
-    4. Entity rows are written set-based (one statement per kind of change).
-    5. Last, ``seq`` is drawn by updating the one-row log head, whose lock is
+    4. One statement (:func:`_write_log`) writes the entity rows set-based,
+       then draws ``seq`` by updating the one-row log head, whose lock is
        held to commit, so seq order is commit order (invariant 6); the same
-       statement hands out the previous chain hash (``changesets.chain``).
-       Then one statement inserts the changeset, its revisions and its
-       journal entry and gives the head the new hash; the write hooks
-       (``changesets.hooks``) run after it, still inside the transaction.
+       update computes the chain hash (``changesets.chain``), and the
+       statement inserts the changeset, its revisions and its journal entry.
+       (A branch or merge store writes its rows in a statement of its own
+       first.) The write hooks (``changesets.hooks``) run after it, still
+       inside the transaction.
 
     A create that loses a race to a concurrent create, or a deadlock, rolls
     the attempt back and retries it whole: the retry sees the winner's row
@@ -226,6 +230,12 @@ def changeset_apply(
                     check_permissions=check_permissions,
                 )
         except KeyRaced:
+            if attempt == MAX_ATTEMPTS:
+                raise
+        except _HeadMissing:
+            # The migration creates the row; recreate it if someone removed it
+            # (a transactional test's flush does), then write again.
+            LogHead.objects.get_or_create(id=1)
             if attempt == MAX_ATTEMPTS:
                 raise
         except OperationalError as exc:
@@ -473,10 +483,17 @@ def _apply_once(
 
     changeset_id: UUID = uuid6.uuid7()
     now = timezone.now()
-    store.apply(
-        changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
-    )
-    # Before the lock: the big part of the hash, from the texts made above.
+    # The baseline's entity writes run in the log statement itself (one round
+    # trip); another store writes its rows first, then the log statement runs.
+    entity_sql = None
+    if isinstance(store, BaselineStore):
+        entity_sql = store.write_sql(
+            changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
+        )
+    else:
+        store.apply(
+            changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
+        )
     revisions_hex = chain.digest_lines(
         chain.revision_line(
             namespace=c.key.namespace,
@@ -491,27 +508,27 @@ def _apply_once(
         )
         for c in changes
     )
-    namespaces = sorted({c.key.namespace for c in changes})
-    seq, at, prev_hash = _draw_seq(now)
-    # Everything from here to COMMIT holds the log head's lock: keep it short.
     changeset = Changeset(
         id=changeset_id,
-        seq=seq,
         author=actor if getattr(actor, "pk", None) else None,
         author_name=actor.get_username(),
-        at=at,
         message=f"{rpc}: {len(changes)} change(s)",
         comment=comment or "",
         branch=branch,
         rpc=rpc,
         op_count=len(changes),
-        namespaces=namespaces,
-        prev_hash=prev_hash,
+        namespaces=sorted({c.key.namespace for c in changes}),
     )
-    changeset.hash = chain.changeset_hash(
-        prev_hash=prev_hash, changeset=changeset, revisions_hex=revisions_hex
+    _write_log(
+        changeset,
+        changes,
+        now=now,
+        revisions_hex=revisions_hex,
+        journal=branch == BASELINE,
+        entity_sql=entity_sql,
+        creates=len(creates),
     )
-    _write_log(changeset, changes, journal=branch == BASELINE)
+    # From here to COMMIT this transaction holds the log head's lock: keep it short.
     run_write_hooks(changeset)
     if branch == BASELINE:
         transaction.on_commit(lambda: _publish_after_commit(changeset_id))
@@ -524,15 +541,41 @@ def _apply_once(
     )
 
 
-def _write_log(changeset: Changeset, changes: Sequence[_NetChange], *, journal: bool) -> None:
-    """Insert the changeset, its revisions and (baseline) its journal entry, and move
-    the log head's hash: one statement (data-modifying CTEs), one round trip.
+class _HeadMissing(Exception):
+    """The log head's row is gone (a flushed test database); recreate it, retry."""
+
+
+def _write_log(
+    changeset: Changeset,
+    changes: Sequence[_NetChange],
+    *,
+    now: datetime,
+    revisions_hex: str,
+    journal: bool,
+    entity_sql: WriteSql | None = None,
+    creates: int = 0,
+) -> None:
+    """Draw seq and write the log, in one statement (data-modifying CTEs): the
+    entity writes (``entity_sql``, the baseline's), then the log head's update,
+    which takes its lock, draws ``seq`` and ``at`` and computes the chain hash
+    in PostgreSQL (``chain.hash_sql``), then the changeset, its revisions and
+    (baseline) its journal entry. Sets ``seq``, ``at``, ``prev_hash`` and
+    ``hash`` on ``changeset`` and marks it a saved row.
+
+    One statement means the head's lock is taken after the entity rows are
+    written (the update reads their row counts first) and never waits on a
+    round trip to Python while held; the transaction holds it to COMMIT, so seq
+    order is commit order (invariant 6). ``at`` is ``now`` (the time the entity
+    rows carry) unless a changeset that committed first had a later clock
+    reading, so ``at`` never runs backwards in seq order.
 
     Revision rows are inserted from column arrays in written order (ids follow
     it, and the chain digests revisions in id order); the images go over as
     two JSON arrays of the canonical texts already made (``json_array``; an
-    image is an object or absent, so a ``null`` element means absent). ``changeset`` is then marked
-    as a saved row, so callers use it as if it had been read back.
+    image is an object or absent, so a ``null`` element means absent).
+
+    A create that lost a race inserted nothing: the head is not moved, nothing
+    is logged, and :class:`KeyRaced` retries the whole write.
     """
     ns, kinds, slugs, ops, befores, afters, bvs, avs = [], [], [], [], [], [], [], []
     for c in changes:
@@ -545,77 +588,87 @@ def _write_log(changeset: Changeset, changes: Sequence[_NetChange], *, journal: 
         bvs.append(c.before_version)
         avs.append(c.after_version)
     cs = changeset
+    at = "GREATEST(%(now)s::timestamptz, COALESCE(at, %(now)s::timestamptz))"
+    prev = f"COALESCE(NULLIF(hash, ''), '{chain.GENESIS}')"
+    new_hash = chain.hash_sql(prev=prev, at=at, seq="seq + 1", middle="%(middle)s")
+    if entity_sql is not None:
+        with_entities = (
+            f"{entity_sql.ctes}, w AS (SELECT {entity_sql.created} AS created,"
+            f" {entity_sql.written} AS written),"
+        )
+        head_from, head_where = " FROM w", " AND w.created = %(creates)s::bigint"
+        tail = " FROM w LEFT JOIN h ON TRUE"
+        params: dict[str, Any] = dict(entity_sql.params)
+    else:
+        with_entities, head_from, head_where, tail, params = "", "", "", " FROM h", {}
     journal_sql = (
-        ", j AS (INSERT INTO changesets_journalentry (changeset_id, phase, created_at,"
+        " j AS (INSERT INTO changesets_journalentry (changeset_id, phase, created_at,"
         " published_at, attempts, last_error, failures)"
-        " VALUES (%(id)s, 'committed', %(at)s, NULL, 0, '', 0))"
+        " SELECT %(id)s::uuid, 'committed', h.at, NULL, 0, '', 0 FROM h),"
         if journal
         else ""
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "WITH c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
-            " message, comment, branch, rpc, op_count, namespaces, prev_hash, hash)"
-            " VALUES (%(id)s, %(seq)s, %(author)s, %(author_name)s, %(at)s, %(message)s,"
-            " %(comment)s, %(branch)s, %(rpc)s, %(op_count)s, %(namespaces)s::varchar[],"
-            " %(prev_hash)s, %(hash)s)),"
-            " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
-            " kind, slug, op, before, after, before_version, after_version)"
-            " SELECT %(id)s, %(seq)s, %(branch)s, %(at)s, r.ns, r.kind, r.slug, r.op,"
-            " NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), r.bv, r.av"
-            " FROM ROWS FROM (unnest(%(ns)s::text[]), unnest(%(kinds)s::text[]),"
-            " unnest(%(slugs)s::text[]), unnest(%(ops)s::text[]),"
-            " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb),"
-            " unnest(%(bvs)s::int[]), unnest(%(avs)s::int[]))"
-            " WITH ORDINALITY AS r(ns, kind, slug, op, before, after, bv, av, n) ORDER BY r.n)"
-            f"{journal_sql}"
-            " UPDATE changesets_loghead SET hash = %(hash)s WHERE id = 1",
-            {
-                "id": cs.id,
-                "seq": cs.seq,
-                "author": cs.author_id,
-                "author_name": cs.author_name,
-                "at": cs.at,
-                "message": cs.message,
-                "comment": cs.comment,
-                "branch": cs.branch,
-                "rpc": cs.rpc,
-                "op_count": cs.op_count,
-                "namespaces": cs.namespaces,
-                "prev_hash": cs.prev_hash,
-                "hash": cs.hash,
-                "ns": ns,
-                "kinds": kinds,
-                "slugs": slugs,
-                "ops": ops,
-                "befores": json_array(befores),
-                "afters": json_array(afters),
-                "bvs": bvs,
-                "avs": avs,
-            },
-        )
+    sql = (
+        f"WITH {with_entities}"
+        f" h AS (UPDATE changesets_loghead SET seq = seq + 1, at = {at}, prev_hash = {prev},"
+        f" hash = {new_hash}{head_from} WHERE id = 1{head_where}"
+        " RETURNING seq, at, prev_hash, hash),"
+        " c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
+        " message, comment, branch, rpc, op_count, namespaces, prev_hash, hash)"
+        " SELECT %(id)s::uuid, h.seq, %(author)s::int, %(author_name)s::text, h.at,"
+        " %(message)s::text, %(comment)s::text, %(branch)s::text, %(rpc)s::text,"
+        " %(op_count)s::int, %(namespaces)s::varchar[], h.prev_hash, h.hash FROM h),"
+        f"{journal_sql}"
+        " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
+        " kind, slug, op, before, after, before_version, after_version)"
+        " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.ns, r.kind, r.slug, r.op,"
+        " NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), r.bv, r.av"
+        " FROM h CROSS JOIN ROWS FROM (unnest(%(ns)s::text[]), unnest(%(kinds)s::text[]),"
+        " unnest(%(slugs)s::text[]), unnest(%(ops)s::text[]),"
+        " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb),"
+        " unnest(%(bvs)s::int[]), unnest(%(avs)s::int[]))"
+        " WITH ORDINALITY AS r(ns, kind, slug, op, before, after, bv, av, n) ORDER BY r.n)"
+        f" SELECT h.seq, h.at, h.prev_hash, h.hash{tail}"
+    )
+    params.update(
+        {
+            "now": now,
+            "creates": creates,
+            "middle": chain.header_middle(cs, revisions_hex),
+            "id": cs.id,
+            "author": cs.author_id,
+            "author_name": cs.author_name,
+            "message": cs.message,
+            "comment": cs.comment,
+            "branch": cs.branch,
+            "rpc": cs.rpc,
+            "op_count": cs.op_count,
+            "namespaces": cs.namespaces,
+            "ns": ns,
+            "kinds": kinds,
+            "slugs": slugs,
+            "ops": ops,
+            "befores": json_array(befores),
+            "afters": json_array(afters),
+            "bvs": bvs,
+            "avs": avs,
+        }
+    )
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None or row[0] is None:
+        if row is not None:
+            # w's row came back without h's: the head did not move. Either a
+            # create lost its race (fewer rows inserted) or the head row is gone.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM changesets_loghead WHERE id = 1")
+                if cursor.fetchone() is not None:
+                    raise KeyRaced()
+        raise _HeadMissing()
+    cs.seq, cs.at, cs.prev_hash, cs.hash = row
     cs._state.adding = False
     cs._state.db = connection.alias
-
-
-def _draw_seq(now: datetime) -> tuple[int, datetime, str]:
-    """Take the log head's lock and the next seq; must be the last lock taken.
-
-    ``at`` is ``now`` (the time the entity rows carry) unless a changeset that
-    committed first had a later clock reading; then it is that one, so ``at``
-    never runs backwards in seq order and ``as_of_time`` is well defined.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE changesets_loghead SET seq = seq + 1, at = GREATEST(%s, COALESCE(at, %s))"
-            " WHERE id = 1 RETURNING seq, at, hash",
-            [now, now],
-        )
-        row = cursor.fetchone()
-    if row is None:  # the migration creates the row; recreate it if someone removed it
-        LogHead.objects.get_or_create(id=1)
-        return _draw_seq(now)
-    return row[0], row[1], row[2] or chain.GENESIS
 
 
 def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:

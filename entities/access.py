@@ -19,9 +19,9 @@ from enum import IntEnum
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
 from guardian.models import GroupObjectPermission, UserObjectPermission
 
+from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound, PermissionDenied
 from entities.models import Namespace
 
@@ -116,7 +116,7 @@ def _load_roles(user: User) -> _Roles:
         return _Roles(Role.NONE, {})
     if is_staff(user):
         return _Roles(Role.MAINTAINER, {})
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:  # every request runs it: parse and plan once
         cursor.execute(_roles_sql(), {"user": user.pk, "codenames": list(_CODENAME_ROLE)})
         rows = cursor.fetchall()
     floor = Role.NONE

@@ -19,6 +19,8 @@ from uuid import UUID
 
 from django.db import connection
 
+from atlas.db import prepared_cursor
+
 if TYPE_CHECKING:
     from entities.access import WriteGuard
 
@@ -84,6 +86,23 @@ class Locked(NamedTuple):
 
     rows: dict[EntityKey, StoredEntity]
     namespaces: dict[str, bool]
+
+
+class WriteSql(NamedTuple):
+    """A store's entity writes as SQL (:meth:`BaselineStore.write_sql`).
+
+    ``ctes``: data-modifying CTEs, comma-separated, to follow ``WITH``;
+    ``params``: their named parameters (prefixed ``e``, clear of the log's);
+    ``created``: an expression counting the rows the creates inserted;
+    ``written``: one counting every row written. A statement that must run
+    after the writes (taking the log head's lock) reads ``written``: a CTE's
+    rows are complete only once it has been read to the end.
+    """
+
+    ctes: str
+    params: dict[str, Any]
+    created: str
+    written: str
 
 
 def namespaces_of(names: Iterable[str]) -> dict[str, bool]:
@@ -277,7 +296,7 @@ class BaselineStore:
             unprotected is None,
             list(unprotected or ()),
         ]
-        with connection.cursor() as cursor:
+        with prepared_cursor() as cursor:
             cursor.execute(sql, params)
             result = cursor.fetchall()
         rows: dict[EntityKey, StoredEntity] = {}
@@ -300,57 +319,87 @@ class BaselineStore:
         deletes: Sequence[EntityKey],
     ) -> None:
         """Write the net effect of one changeset; raise :class:`KeyRaced` on a lost create race."""
+        if not (creates or updates or deletes):
+            return
+        sql = self.write_sql(
+            changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
+        )
         with connection.cursor() as cursor:
-            if deletes:
-                cursor.execute(
-                    "DELETE FROM entities_entity e"
-                    " USING unnest(%s::text[], %s::text[], %s::text[]) AS k(ns, kind, slug)"
-                    " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug",
-                    list(_columns(deletes)),
+            cursor.execute(f"WITH {sql.ctes} SELECT {sql.created}", sql.params)
+            created = cursor.fetchone()[0]
+        if created != len(creates):
+            raise KeyRaced()
+
+    def write_sql(
+        self,
+        *,
+        changeset_id: UUID,
+        now: datetime,
+        creates: Sequence[EntityWrite],
+        updates: Sequence[EntityWrite],
+        deletes: Sequence[EntityKey],
+    ) -> WriteSql:
+        """:meth:`apply` as data-modifying CTEs, for the write service to run in the
+        statement that also draws seq and writes the log (one round trip for all).
+
+        Keys are disjoint across creates, updates and deletes (one net change
+        each), so the three can run in one statement. A create that lost a race
+        inserts nothing (``ON CONFLICT DO NOTHING``): ``created`` counts fewer rows.
+        """
+        ctes: list[str] = []
+        params: dict[str, Any] = {"e_now": now, "e_cs": changeset_id}
+        counts: list[str] = []
+        if deletes:
+            ctes.append(
+                "ed AS (DELETE FROM entities_entity e"
+                " USING unnest(%(ed_ns)s::text[], %(ed_kind)s::text[], %(ed_slug)s::text[])"
+                " AS k(ns, kind, slug)"
+                " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+                " RETURNING 1)"
+            )
+            params.update(zip(("ed_ns", "ed_kind", "ed_slug"), _columns(deletes), strict=True))
+            counts.append("(SELECT count(*) FROM ed)")
+        if updates:
+            ctes.append(
+                "eu AS (UPDATE entities_entity e SET content = k.content, version = k.version,"
+                " updated_at = %(e_now)s::timestamptz, changeset_id = %(e_cs)s::uuid"
+                " FROM ROWS FROM (unnest(%(eu_ns)s::text[]), unnest(%(eu_kind)s::text[]),"
+                " unnest(%(eu_slug)s::text[]), jsonb_array_elements(%(eu_content)s::jsonb),"
+                " unnest(%(eu_version)s::int[])) AS k(ns, kind, slug, content, version)"
+                " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+                " RETURNING 1)"
+            )
+            params.update(
+                zip(
+                    ("eu_ns", "eu_kind", "eu_slug"), _columns([w.key for w in updates]), strict=True
                 )
-            if updates:
-                ns, kinds, slugs = _columns([w.key for w in updates])
-                cursor.execute(
-                    "UPDATE entities_entity e SET content = k.content, version = k.version,"
-                    " updated_at = %s, changeset_id = %s"
-                    " FROM ROWS FROM (unnest(%s::text[]), unnest(%s::text[]), unnest(%s::text[]),"
-                    " jsonb_array_elements(%s::jsonb), unnest(%s::int[]))"
-                    " AS k(ns, kind, slug, content, version)"
-                    " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug",
-                    [
-                        now,
-                        changeset_id,
-                        ns,
-                        kinds,
-                        slugs,
-                        contents_json(updates),
-                        [w.version for w in updates],
-                    ],
+            )
+            params["eu_content"] = contents_json(updates)
+            params["eu_version"] = [w.version for w in updates]
+            counts.append("(SELECT count(*) FROM eu)")
+        created = "0"
+        if creates:
+            ctes.append(
+                "ec AS (INSERT INTO entities_entity"
+                " (namespace_id, kind, slug, content, version, created_at, updated_at,"
+                " changeset_id)"
+                " SELECT k.ns, k.kind, k.slug, k.content, k.version, %(e_now)s::timestamptz,"
+                " %(e_now)s::timestamptz, %(e_cs)s::uuid"
+                " FROM ROWS FROM (unnest(%(ec_ns)s::text[]), unnest(%(ec_kind)s::text[]),"
+                " unnest(%(ec_slug)s::text[]), jsonb_array_elements(%(ec_content)s::jsonb),"
+                " unnest(%(ec_version)s::int[])) AS k(ns, kind, slug, content, version)"
+                " ON CONFLICT (namespace_id, kind, slug) DO NOTHING RETURNING 1)"
+            )
+            params.update(
+                zip(
+                    ("ec_ns", "ec_kind", "ec_slug"), _columns([w.key for w in creates]), strict=True
                 )
-            if creates:
-                ns, kinds, slugs = _columns([w.key for w in creates])
-                cursor.execute(
-                    "INSERT INTO entities_entity"
-                    " (namespace_id, kind, slug, content, version, created_at, updated_at,"
-                    " changeset_id)"
-                    " SELECT k.ns, k.kind, k.slug, k.content, k.version, %s, %s, %s"
-                    " FROM ROWS FROM (unnest(%s::text[]), unnest(%s::text[]), unnest(%s::text[]),"
-                    " jsonb_array_elements(%s::jsonb), unnest(%s::int[]))"
-                    " AS k(ns, kind, slug, content, version)"
-                    " ON CONFLICT (namespace_id, kind, slug) DO NOTHING",
-                    [
-                        now,
-                        now,
-                        changeset_id,
-                        ns,
-                        kinds,
-                        slugs,
-                        contents_json(creates),
-                        [w.version for w in creates],
-                    ],
-                )
-                if cursor.rowcount != len(creates):
-                    raise KeyRaced()
+            )
+            params["ec_content"] = contents_json(creates)
+            params["ec_version"] = [w.version for w in creates]
+            created = "(SELECT count(*) FROM ec)"
+        counts.append(created)
+        return WriteSql(", ".join(ctes), params, created, " + ".join(counts))
 
 
 baseline = BaselineStore()

@@ -52,6 +52,54 @@ def test_every_changeset_chains_to_the_previous_one(history):
     assert verify() is None
 
 
+@pytest.mark.parametrize(
+    "comment",
+    ["", 'quote " backslash \\ slash /', "new\nline\ttab\x01\x1f", "é ü ß 漢字 😀 \u2028\u2029"],
+)
+def test_the_hash_postgresql_computes_is_the_one_verify_recomputes(staff, namespace, comment):
+    """The write path has PostgreSQL hash the header (``chain.hash_sql``) around the
+    seq and time it draws; ``verify`` hashes it in Python. Any byte of difference (a
+    JSON escape, the timestamp's form) would make every changeset fail verification."""
+    staff.username = 'röot "ü" 😀'
+    staff.save()
+    key = EntityKey(NS, "order", "a")
+    written = changeset_apply(
+        store=baseline,
+        actor=staff,
+        ops=[PutOp(key, {"text": comment, "n": 1.5}), PutOp(EntityKey(NS, "o", "b"), {})],
+        rpc=Rpc.BATCH_MUTATE,
+        comment=comment,
+    ).changeset
+    row = Changeset.objects.get(pk=written.pk)
+    revisions = list(Revision.objects.filter(changeset=row).order_by("id"))
+    expected = chain.changeset_hash(
+        prev_hash=row.prev_hash, changeset=row, revisions_hex=chain.revisions_digest(revisions)
+    )
+    assert row.hash == written.hash == expected
+    assert (written.seq, written.at, written.prev_hash) == (row.seq, row.at, row.prev_hash)
+    assert LogHead.objects.get(pk=1).hash == row.hash
+    assert verify() is None
+
+
+def test_the_sql_header_is_the_python_header_byte_for_byte(staff, namespace):
+    """``header_middle`` spliced between ``at`` and ``seq`` is the canonical header."""
+    written = changeset_apply(
+        store=baseline,
+        actor=staff,
+        ops=[PutOp(EntityKey(NS, "order", "a"), {"n": 1})],
+        rpc=Rpc.PUT_ENTITY,
+        comment="x",
+    ).changeset
+    middle = chain.header_middle(written, "d" * 64)
+    spliced = f'{{"at":"{chain._timestamp(written.at)}",{middle},"seq":{written.seq}}}'.encode()
+    header = {
+        **chain._header_rest(written, "d" * 64),
+        "at": chain._timestamp(written.at),
+        "seq": written.seq,
+    }
+    assert spliced == chain._canonical(header)
+
+
 def test_verify_log_command_passes_on_an_untouched_log(history):
     out = io.StringIO()
     call_command("verify_log", "--no-progress", stdout=out)

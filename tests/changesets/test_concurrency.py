@@ -16,6 +16,7 @@ import pytest
 from django.db import connection
 
 from atlas.exceptions import PreconditionFailed
+from changesets import services
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import PutOp
 from changesets.services import changeset_apply
@@ -132,13 +133,20 @@ def test_concurrent_if_match_increments_lose_no_update(writer, namespace):
 
 
 def test_a_polling_reader_sees_every_changeset_once_in_seq_order(writer, namespace, monkeypatch):
-    real_apply = BaselineStore.apply
+    real_lock = BaselineStore.lock
+    real_write_log = services._write_log
 
-    def slow_apply(self, **kw):
-        real_apply(self, **kw)
-        time.sleep(random.uniform(0, 0.005))  # widen the window between entity write and commit
+    def slow_lock(self, *args, **kw):
+        out = real_lock(self, *args, **kw)
+        time.sleep(random.uniform(0, 0.005))  # rows locked, no seq yet: writers overlap here
+        return out
 
-    monkeypatch.setattr(BaselineStore, "apply", slow_apply)
+    def slow_write_log(*args, **kw):
+        real_write_log(*args, **kw)
+        time.sleep(random.uniform(0, 0.002))  # widen the window between seq drawn and commit
+
+    monkeypatch.setattr(BaselineStore, "lock", slow_lock)
+    monkeypatch.setattr(services, "_write_log", slow_write_log)
     put(writer, key(f"{NS}/warm/up"), {})  # role table cached on the shared actor
     start = Changeset.objects.order_by("-seq").values_list("seq", flat=True).first()
     writers, writes_each = 8, 40
@@ -237,3 +245,61 @@ def test_concurrent_plain_puts_creating_one_key_both_land(writer, namespace, rac
     assert (second.op, second.before, second.before_version) == ("update", first.after, 1)
     assert baseline.get(target).version == 2
     assert len(lock_calls) == 3, "the loser should have lost the insert race and retried"
+
+
+def test_a_write_takes_the_log_head_only_after_its_entity_rows_are_written(writer, namespace):
+    """The entity writes and the seq draw are one statement; the head's update reads
+    the writes' row counts first, so a write still waiting to write its rows (here a
+    create, waiting on another session's uncommitted insert of the same key) holds no
+    lock on the head, and every other writer goes on committing meanwhile."""
+    from django.db import transaction
+
+    target = key(f"{NS}/order/contested")
+    warm = put(writer, key(f"{NS}/warm/up"), {}).changeset
+    inserted, release = threading.Event(), threading.Event()
+
+    def other_session() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO entities_entity (namespace_id, kind, slug, content, version,"
+                    " created_at, updated_at, changeset_id) VALUES (%s, %s, %s, '{\"by\": 0}',"
+                    " 1, now(), now(), %s)",
+                    [target.namespace, target.kind, target.slug, warm.id],
+                )
+                inserted.set()
+                assert release.wait(THREAD_TIMEOUT)
+        finally:
+            inserted.set()
+
+    def creator() -> Any:
+        assert inserted.wait(THREAD_TIMEOUT)
+        return put(writer, target, {"by": 1})
+
+    def meanwhile() -> Any:
+        assert inserted.wait(THREAD_TIMEOUT)
+        time.sleep(0.5)  # the creator is waiting on the other session's insert by now
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%INSERT INTO entities_entity%%'"
+                )
+                waiting = cursor.fetchall()
+                cursor.execute("SELECT seq FROM changesets_loghead WHERE id = 1 FOR UPDATE NOWAIT")
+                head_free = cursor.fetchone() is not None
+            other = put(writer, key(f"{NS}/order/other"), {"n": 1})  # commits meanwhile
+            return waiting, head_free, other
+        finally:
+            release.set()
+
+    outcomes = run_in_threads(other_session, creator, meanwhile)
+
+    assert_no_errors(outcomes)
+    _, created, (waiting, head_free, other) = outcomes
+    assert waiting, "the creator should have been waiting on the other session's insert"
+    assert head_free, "a write waiting to write its rows must not hold the log head"
+    assert other.changeset.seq < created.changeset.seq
+    # The other session's row won the race (a raw insert); the creator retried and
+    # updated it.
+    assert [(r.status, r.version) for r in created.results] == [("updated", 2)]

@@ -109,11 +109,14 @@ def test_single_write_statements(staff, namespace):
             store=baseline, actor=staff, ops=[PutOp(key("a"), {"n": 1})], rpc=Rpc.PUT_ENTITY
         )
     sql = [q["sql"] for q in captured.captured_queries]
-    # lock (with the namespace check), entity UPDATE, seq draw, the log statement, and
-    # (tests only) the savepoint pair around the atomic block inside the test's transaction.
-    assert len(sql) == 6, sql
+    # lock (with the namespace check); one statement writing the entity row, drawing
+    # seq and writing the log; and (tests only) the savepoint pair around the atomic
+    # block inside the test's transaction. Plain get() + save() is BEGIN, SELECT,
+    # UPDATE, COMMIT: the same number of round trips.
+    assert len(sql) == 4, sql
     assert sum("INSERT INTO changesets_changeset" in s for s in sql) == 1
-    assert sum("changesets_loghead" in s for s in sql) == 2  # seq draw, then the log statement
+    assert sum("changesets_loghead" in s for s in sql) == 1
+    assert "UPDATE entities_entity" in sql[2] and "changesets_loghead" in sql[2]
 
 
 def test_the_returned_changeset_and_revisions_are_the_rows(staff, namespace):
@@ -290,3 +293,32 @@ def test_a_refused_writer_never_waits_for_or_holds_the_row_lock(staff, namespace
         holder.join(10)
         with connection.cursor() as cursor:
             cursor.execute("RESET lock_timeout")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_missing_log_head_row_is_recreated_and_the_write_goes_through(staff, namespace):
+    LogHead.objects.all().delete()
+    cs = changeset_apply(
+        store=baseline, actor=staff, ops=[PutOp(key("a"), {"n": 0})], rpc=Rpc.PUT_ENTITY
+    ).changeset
+    head = LogHead.objects.get(pk=1)
+    assert (head.seq, head.hash) == (cs.seq, cs.hash) and cs.seq == 1
+    assert Changeset.objects.get().prev_hash == chain.GENESIS
+
+
+def test_the_write_statements_are_prepared_once_per_connection(staff, namespace):
+    """Parse and plan once per connection (atlas/db.py): each later write runs the
+    lock and the log statement from PostgreSQL's prepared-statement cache."""
+    for n in range(3):
+        changeset_apply(
+            store=baseline, actor=staff, ops=[PutOp(key("a"), {"n": n})], rpc=Rpc.PUT_ENTITY
+        )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements")
+        prepared = cursor.fetchall()
+    runs = {
+        "lock": [n for sql, n in prepared if "FOR UPDATE OF e" in sql],
+        "log": [n for sql, n in prepared if "changesets_loghead" in sql],
+    }
+    assert runs["lock"] and max(runs["lock"]) >= 2, prepared
+    assert runs["log"] and max(runs["log"]) >= 2, prepared

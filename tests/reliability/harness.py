@@ -589,36 +589,38 @@ def _apply_server_hooks(spec: str) -> None:
             services._publish_after_commit = crash
         elif name == "time_seq":
             folder = Path(arg)
-            real_draw = services._draw_seq
+            real_log = services._write_log
 
             def log_line(line: str, folder: Path = folder) -> None:
                 with open(folder / f"seq-{os.getpid()}.txt", "a") as log:
                     log.write(line + "\n")
 
-            def timed_draw(now: Any, _real=real_draw) -> Any:
+            def timed_log(*args: Any, _real=real_log, **kw: Any) -> Any:
                 from django.db import transaction
 
+                # The log statement takes the head's lock, draws seq and writes the log:
+                # "wait" is that statement (mostly the wait for the lock).
                 started = time.perf_counter()
-                out = _real(now)
+                out = _real(*args, **kw)
                 drawn = time.perf_counter()
                 log_line(f"wait {drawn - started:.6f}")
                 # Held from here to the end of COMMIT: on_commit runs right after it.
                 transaction.on_commit(lambda: log_line(f"hold {time.perf_counter() - drawn:.6f}"))
                 return out
 
-            services._draw_seq = timed_draw
+            services._write_log = timed_log
         elif name == "slow_write":
-            # Linger inside the write transaction (entity rows written, no seq yet).
+            # Linger inside the write transaction (entity rows locked, no seq yet).
             from entities.store import BaselineStore
 
-            real_apply = BaselineStore.apply
+            real_lock = BaselineStore.lock
 
-            def slow_apply(self: Any, _real=real_apply, _pause=float(arg), **kw: Any) -> Any:
-                out = _real(self, **kw)
+            def slow_lock(self: Any, *a: Any, _real=real_lock, _pause=float(arg), **kw: Any) -> Any:
+                out = _real(self, *a, **kw)
                 time.sleep(_pause)
                 return out
 
-            BaselineStore.apply = slow_apply
+            BaselineStore.lock = slow_lock
         else:
             raise SystemExit(f"unknown hook {name!r}")
 
@@ -652,26 +654,28 @@ def _write(spec: dict[str, Any], out_path: Path) -> None:
     pause_lo, pause_hi = (x / 1000 for x in spec.get("pause_ms", (0, 0)))
     plan: dict[str, Any] = {}
 
-    real_apply = BaselineStore.apply
-    real_draw = services._draw_seq
+    real_lock = BaselineStore.lock
+    real_log = services._write_log
 
-    def apply(self: Any, **kw: Any) -> Any:  # entity rows written and locked; no seq yet
-        out = real_apply(self, **kw)
+    def lock(self: Any, *a: Any, **kw: Any) -> Any:  # entity rows locked; no seq yet
+        out = real_lock(self, *a, **kw)
         if plan.get("where") == "before" and plan.get("pause"):
             time.sleep(plan["pause"])
         return out
 
-    def draw(now: Any) -> Any:  # seq drawn: this transaction holds the log head's lock
-        out = real_draw(now)
-        plan["seq"] = out[0]
+    # The log statement wrote the rows and drew seq: this transaction holds the
+    # log head's lock until it commits or rolls back.
+    def write_log(changeset: Any, *a: Any, **kw: Any) -> Any:
+        out = real_log(changeset, *a, **kw)
+        plan["seq"] = changeset.seq
         if plan.get("where") == "after" and plan.get("pause"):
             time.sleep(plan["pause"])
         if plan.get("rollback"):
-            raise InjectedRollback(out[0])
+            raise InjectedRollback(changeset.seq)
         return out
 
-    BaselineStore.apply = apply
-    services._draw_seq = draw
+    BaselineStore.lock = lock
+    services._write_log = write_log
     deadline = time.monotonic() + spec.get("max_seconds", 600)
     with open(out_path, "a") as out:
         committed = 0
@@ -729,7 +733,7 @@ def _write(spec: dict[str, Any], out_path: Path) -> None:
 def _hold(spec: dict[str, Any]) -> None:
     """One write that stops inside its transaction until ``<control>/release`` says what to do.
 
-    ``where``: ``before_seq`` (entity rows written and locked, no seq drawn yet) or
+    ``where``: ``before_seq`` (entity rows locked, nothing written, no seq drawn yet) or
     ``after_seq`` (seq drawn: holding the log head's row lock). Writes
     ``<control>/held`` (with the seq when drawn) once stopped, and
     ``<control>/done`` with the outcome at the end.
@@ -757,23 +761,23 @@ def _hold(spec: dict[str, Any]) -> None:
             raise InjectedRollback(seq)
 
     if spec["where"] == "before_seq":
-        real_apply = BaselineStore.apply
+        real_lock = BaselineStore.lock
 
-        def apply(self: Any, **kw: Any) -> Any:
-            out = real_apply(self, **kw)
+        def lock(self: Any, *a: Any, **kw: Any) -> Any:
+            out = real_lock(self, *a, **kw)
             stop_here(None)
             return out
 
-        BaselineStore.apply = apply
+        BaselineStore.lock = lock
     else:
-        real_draw = services._draw_seq
+        real_log = services._write_log
 
-        def draw(now: Any) -> Any:
-            out = real_draw(now)
-            stop_here(out[0])
+        def write_log(changeset: Any, *a: Any, **kw: Any) -> Any:
+            out = real_log(changeset, *a, **kw)
+            stop_here(changeset.seq)
             return out
 
-        services._draw_seq = draw
+        services._write_log = write_log
     try:
         result = services.changeset_apply(
             store=baseline, actor=actor, ops=[PutOp(key, {"held": True})], rpc=Rpc.PUT_ENTITY

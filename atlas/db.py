@@ -1,0 +1,63 @@
+"""Cursors for the hot statements: every request's role lookup, every write's
+lock and log statement.
+
+Django's psycopg cursors bind parameters on the client: the values are
+quoted into the SQL text, so PostgreSQL parses and plans every execution
+afresh. The write path runs two big statements per changeset (the lock, and
+the one that writes the rows and the log), and planning them, with the role
+lookup's four-armed UNION, was a good part of a single write's server time.
+:func:`prepared_cursor` binds server-side and prepares each statement once per
+connection (one text per statement shape), and settings make PostgreSQL keep
+one generic plan for prepared statements (``plan_cache_mode``), so later
+executions skip parse and plan. Django's own cursors never prepare, so nothing
+else is affected.
+
+Prepared statements live in the server session: behind a pooler in
+transaction mode they break, as the Idempotency-Key lock does (docs/api.md).
+``ATLAS_DB_PREPARED_STATEMENTS=0`` turns preparing off (server-side binding stays).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
+from django.db.backends.utils import CursorWrapper
+
+
+class _PreparingCursor(ServerBindingCursor):
+    """psycopg's server-binding cursor, preparing every statement it runs.
+
+    psycopg prepares only on connections with a ``prepare_threshold`` (Django
+    sets none, for poolers' sake); settings set one when
+    ``ATLAS_DB_PREPARED_STATEMENTS`` is on. Django's own cursors bind client-side
+    and never prepare, whatever the threshold.
+    """
+
+    def execute(self, query: Any, params: Any = None, *, prepare: bool = True, **kw: Any):
+        return super().execute(query, params, prepare=prepare, **kw)
+
+
+class _DebugWrapper(CursorDebugWrapper):
+    """Logs the statement as written (placeholders) with its parameters: Django
+    reads the logged SQL back from a client-binding cursor, which this is not."""
+
+    def debug_sql(self, sql=None, params=None, use_last_executed_query=False, many=False):
+        return super().debug_sql(sql, params, use_last_executed_query=False, many=many)
+
+
+def prepared_cursor() -> CursorWrapper:
+    """A Django cursor (query logging, execute wrappers, error translation as
+    ``connection.cursor()``) that binds server-side and prepares its statements.
+
+    Parameters need the types PostgreSQL can't infer spelled out (``%s::int``
+    for a possibly-NULL value in a SELECT list, for instance): server-side, a
+    NULL or an untyped value is not a literal the parser can coerce.
+    """
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    cursor = _PreparingCursor(connection.connection)
+    if connection.queries_logged:
+        return _DebugWrapper(cursor, connection)
+    return CursorWrapper(cursor, connection)
