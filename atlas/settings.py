@@ -263,6 +263,9 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("ATLAS_BROKER_CONNECT_TIMEOUT_SECON
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "") or "celery"
 
 # The journal (post-commit work) and the change feed's push side (docs/feed.md).
+# After COMMIT a write hands its journal task to a background thread, which
+# enqueues it (changesets/publisher.py); 0 enqueues inline, in the request.
+ATLAS_PUBLISH_IN_BACKGROUND = env_bool("ATLAS_PUBLISH_IN_BACKGROUND", default=True)
 ATLAS_JOURNAL_SWEEP_AGE_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_AGE_SECONDS", 60)
 ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS", 30)
 ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS = env_float(

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
-from changesets import chain
+from changesets import chain, publisher
 from changesets.hooks import run_write_hooks
 from changesets.models import (
     BASELINE,
@@ -733,18 +733,6 @@ def _final_entities(
 
 
 def _publish_after_commit(changeset_id: UUID) -> None:
-    """Hand the journal entry to Celery; a broker outage leaves it for the sweep."""
-    import logging
-
-    try:
-        from changesets.tasks import journal_publish
-
-        # No publish retries: with the broker down, each retry would hold up the
-        # response; the beat sweep finishes entries left committed.
-        journal_publish.apply_async(args=[str(changeset_id)], retry=False)
-    except Exception:  # noqa: BLE001 - the write is committed; the sweep will finish it
-        logging.getLogger(__name__).warning(
-            "could not enqueue journal publish for %s; the sweep will finish it",
-            changeset_id,
-            exc_info=True,
-        )
+    """Hand the journal entry to Celery, off the request path (``changesets.publisher``);
+    a broker outage or a crash before it leaves the entry for the sweep."""
+    publisher.publish_soon(changeset_id)

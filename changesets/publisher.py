@@ -1,0 +1,116 @@
+"""Hand committed changesets to Celery without holding up the request.
+
+Enqueueing a Celery task (serialize, headers, a producer from the pool, the
+broker send) costs about a millisecond of Python: a fifth of a single write.
+The journal entry is already committed with the changeset, so the publish is
+only the fast path to the worker; nothing is lost if it never happens (the
+beat sweep publishes entries left ``committed``, ``manage.py recover_batches``
+finishes them on demand). So a commit hook puts the changeset's id on an
+in-process queue and returns, and one daemon thread per process enqueues the
+tasks. At interpreter exit the thread is given a few seconds to finish the
+queue, so short-lived processes (management commands, tests) still publish.
+
+``ATLAS_PUBLISH_IN_BACKGROUND=0`` publishes inline in the commit hook, as does
+an eager Celery app (``CELERY_TASK_ALWAYS_EAGER``: the task then runs right
+there, as eager callers expect).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+# How long interpreter exit waits for the queue to empty.
+EXIT_FLUSH_SECONDS = 5.0
+
+
+def publish(changeset_id: Any) -> None:
+    """Enqueue the journal task now; a broker outage leaves the entry for the sweep."""
+    try:
+        from changesets.tasks import journal_publish
+
+        # No publish retries: with the broker down, each retry would hold up
+        # the queue behind it; the beat sweep finishes entries left committed.
+        journal_publish.apply_async(args=[str(changeset_id)], retry=False)
+    except Exception:  # noqa: BLE001 - the write is committed; the sweep will finish it
+        logger.warning(
+            "could not enqueue journal publish for %s; the sweep will finish it",
+            changeset_id,
+            exc_info=True,
+        )
+
+
+class _Publisher:
+    """One queue and one thread per process (recreated in a forked child)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._pid: int | None = None
+        self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._pending = 0
+        self._idle = threading.Condition(self._guard)
+
+    def submit(self, changeset_id: Any) -> None:
+        with self._guard:
+            if self._pid != os.getpid():  # first use, or a child after fork
+                self._pid = os.getpid()
+                self._queue = queue.SimpleQueue()
+                self._pending = 0
+                threading.Thread(target=self._run, name="atlas-publisher", daemon=True).start()
+            self._pending += 1
+            self._queue.put(str(changeset_id))
+
+    def _run(self) -> None:
+        q = self._queue
+        while True:
+            changeset_id = q.get()
+            try:
+                publish(changeset_id)
+            finally:
+                with self._guard:
+                    self._pending -= 1
+                    if not self._pending:
+                        self._idle.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every submitted id was handed to the broker (or given up on)."""
+        deadline = time.monotonic() + timeout
+        with self._guard:
+            if self._pid != os.getpid():
+                return True
+            while self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+
+_publisher = _Publisher()
+
+
+def publish_soon(changeset_id: Any) -> None:
+    """Publish ``changeset_id``'s journal task off the caller's thread (see module doc)."""
+    from changesets.tasks import journal_publish
+
+    if not settings.ATLAS_PUBLISH_IN_BACKGROUND or journal_publish.app.conf.task_always_eager:
+        publish(changeset_id)
+    else:
+        _publisher.submit(changeset_id)
+
+
+def flush(timeout: float = EXIT_FLUSH_SECONDS) -> bool:
+    """Wait for the background publisher to empty its queue; False on timeout."""
+    return _publisher.flush(timeout)
+
+
+atexit.register(flush)

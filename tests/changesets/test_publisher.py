@@ -1,0 +1,113 @@
+"""The journal publish leaves the request path (changesets/publisher.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from atlas.celery import app as celery_app
+from changesets import publisher
+from changesets.models import JournalEntry, Rpc
+from changesets.ops import PutOp
+from changesets.services import changeset_apply
+from entities.store import EntityKey, baseline
+
+
+@pytest.fixture
+def eager():
+    """``eager(False)``: Celery's eager mode (tests/conftest.py turns it on) for one test."""
+    before = celery_app.conf.task_always_eager
+
+    def set_eager(value: bool) -> None:
+        celery_app.conf.task_always_eager = value
+
+    yield set_eager
+    celery_app.conf.task_always_eager = before
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, str]]:
+    """What reached ``apply_async``, and on which thread."""
+    calls: list[tuple[str, str]] = []
+
+    def apply_async(args, retry):
+        assert retry is False
+        calls.append((args[0], threading.current_thread().name))
+
+    monkeypatch.setattr("changesets.tasks.journal_publish.apply_async", apply_async)
+    return calls
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_hands_its_journal_task_to_the_background_thread(
+    staff, namespace, sent, settings, eager
+):
+    settings.ATLAS_PUBLISH_IN_BACKGROUND = True
+    eager(False)
+    ids = []
+    for n in range(5):
+        result = changeset_apply(
+            store=baseline,
+            actor=staff,
+            ops=[PutOp(EntityKey(namespace.name, "order", "a"), {"n": n})],
+            rpc=Rpc.PUT_ENTITY,
+        )
+        ids.append(str(result.changeset.id))
+
+    assert publisher.flush(10)
+    assert [i for i, _ in sent] == ids, "each changeset once, in commit order"
+    assert {thread for _, thread in sent} == {"atlas-publisher"}
+    # The entries stay committed until the worker's task runs: nothing is lost if
+    # the process dies with ids still queued (the sweep publishes them).
+    assert JournalEntry.objects.filter(phase="committed").count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("why", ["setting off", "eager"])
+def test_inline_publishing_when_turned_off_or_eager(staff, namespace, sent, settings, eager, why):
+    settings.ATLAS_PUBLISH_IN_BACKGROUND = why != "setting off"
+    eager(why == "eager")
+    result = changeset_apply(
+        store=baseline,
+        actor=staff,
+        ops=[PutOp(EntityKey(namespace.name, "order", "a"), {})],
+        rpc=Rpc.PUT_ENTITY,
+    )
+    # Before changeset_apply returned, on the caller's thread.
+    assert sent == [(str(result.changeset.id), threading.current_thread().name)]
+
+
+def test_a_broker_failure_is_logged_and_the_thread_carries_on(monkeypatch, caplog, settings, eager):
+    settings.ATLAS_PUBLISH_IN_BACKGROUND = True
+    eager(False)
+    calls = []
+
+    def apply_async(args, retry):
+        calls.append(args[0])
+        if args[0] == "down":
+            raise ConnectionError("broker unreachable")
+
+    monkeypatch.setattr("changesets.tasks.journal_publish.apply_async", apply_async)
+    with caplog.at_level(logging.WARNING, logger="changesets.publisher"):
+        publisher.publish_soon("down")
+        publisher.publish_soon("up")
+        assert publisher.flush(10)
+    assert calls == ["down", "up"]
+    assert "could not enqueue journal publish for down; the sweep will finish it" in caplog.text
+
+
+def test_flush_times_out_while_a_publish_hangs(monkeypatch, settings, eager):
+    settings.ATLAS_PUBLISH_IN_BACKGROUND = True
+    eager(False)
+    stuck = threading.Event()
+    monkeypatch.setattr(
+        "changesets.tasks.journal_publish.apply_async", lambda args, retry: stuck.wait(10)
+    )
+    publisher.publish_soon("slow")
+    try:
+        assert publisher.flush(0.2) is False
+    finally:
+        stuck.set()
+    assert publisher.flush(10) is True
