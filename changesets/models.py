@@ -63,11 +63,14 @@ class Changeset(AppendOnlyModel):
     seq = models.BigIntegerField(unique=True)
     # The author's name is the record; the FK is a convenience that survives
     # the user's deletion without rewriting the log (no DB constraint).
+    # Nothing looks changesets up by it (no constraint, no reverse accessor; the
+    # author filter uses author_name), so it has no index to maintain.
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         on_delete=models.DO_NOTHING,
         db_constraint=False,
+        db_index=False,
         related_name="+",
     )
     author_name = models.CharField(max_length=150)
@@ -108,7 +111,10 @@ class Revision(AppendOnlyModel):
     so history and as-of reads need no join (``verify_log`` checks the copies).
     """
 
-    changeset = models.ForeignKey(Changeset, on_delete=models.DO_NOTHING, related_name="revisions")
+    # No index of its own: revision_one_per_entity_changeset leads with it.
+    changeset = models.ForeignKey(
+        Changeset, on_delete=models.DO_NOTHING, related_name="revisions", db_index=False
+    )
     seq = models.BigIntegerField()
     branch = models.CharField(max_length=63, blank=True, default=BASELINE)
     at = models.DateTimeField()

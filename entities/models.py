@@ -49,7 +49,11 @@ class Entity(models.Model):
     app dependency runs entities <- changesets, never the other way.
     """
 
-    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="entities")
+    # No index of its own: entity_key_unique leads with it (the FK's checks and
+    # every per-namespace read use that one).
+    namespace = models.ForeignKey(
+        Namespace, on_delete=models.PROTECT, related_name="entities", db_index=False
+    )
     kind = models.CharField(max_length=KIND_MAX_LENGTH)
     slug = models.CharField(max_length=200)
     content = models.JSONField()
