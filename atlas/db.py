@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
 from django.db.backends.utils import CursorWrapper
 
@@ -47,17 +47,40 @@ class _DebugWrapper(CursorDebugWrapper):
         return super().debug_sql(sql, params, use_last_executed_query=False, many=many)
 
 
+class _Kept:
+    """Leaving ``with`` keeps the psycopg cursor for the connection's next statement
+    (a new one costs an adapters-map copy; the write path runs three a request)."""
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _KeptCursor(_Kept, CursorWrapper):
+    pass
+
+
+class _KeptDebugCursor(_Kept, _DebugWrapper):
+    pass
+
+
+_CURSOR_ATTR = "_atlas_prepared_cursor"
+
+
 def prepared_cursor() -> CursorWrapper:
     """A Django cursor (query logging, execute wrappers, error translation as
     ``connection.cursor()``) that binds server-side and prepares its statements.
 
+    One psycopg cursor per database connection (so per thread) serves every
+    call: finish with one (fetch what you need) before asking for the next.
     Parameters need the types PostgreSQL can't infer spelled out (``%s::int``
     for a possibly-NULL value in a SELECT list, for instance): server-side, a
     NULL or an untyped value is not a literal the parser can coerce.
     """
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    cursor = _PreparingCursor(connection.connection)
-    if connection.queries_logged:
-        return _DebugWrapper(cursor, connection)
-    return CursorWrapper(cursor, connection)
+    db = connections[DEFAULT_DB_ALIAS]
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    raw = db.connection
+    cursor = db.__dict__.get(_CURSOR_ATTR)
+    if cursor is None or cursor.closed or cursor.connection is not raw:
+        cursor = db.__dict__[_CURSOR_ATTR] = _PreparingCursor(raw)
+    return (_KeptDebugCursor if db.queries_logged else _KeptCursor)(cursor, db)

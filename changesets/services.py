@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -577,16 +578,16 @@ def _write_log(
     A create that lost a race inserted nothing: the head is not moved, nothing
     is logged, and :class:`KeyRaced` retries the whole write.
     """
-    ns, kinds, slugs, ops, befores, afters, bvs, avs = [], [], [], [], [], [], [], []
-    for c in changes:
-        ns.append(c.key.namespace)
-        kinds.append(c.key.kind)
-        slugs.append(c.key.slug)
-        ops.append(str(c.op))
-        befores.append(c.before_text)
-        afters.append(c.after_text)
-        bvs.append(c.before_version)
-        avs.append(c.after_version)
+    # One JSON document of keys, ops and versions, and one per image column
+    # (json_array), instead of eight arrays: psycopg adapts arrays in Python.
+    rows = json.dumps(
+        [
+            [c.key.namespace, c.key.kind, c.key.slug, str(c.op), c.before_version, c.after_version]
+            for c in changes
+        ]
+    )
+    befores = json_array(c.before_text for c in changes)
+    afters = json_array(c.after_text for c in changes)
     cs = changeset
     at = "GREATEST(%(now)s::timestamptz, COALESCE(at, %(now)s::timestamptz))"
     prev = f"COALESCE(NULLIF(hash, ''), '{chain.GENESIS}')"
@@ -621,13 +622,12 @@ def _write_log(
         f"{journal_sql}"
         " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
         " kind, slug, op, before, after, before_version, after_version)"
-        " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.ns, r.kind, r.slug, r.op,"
-        " NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), r.bv, r.av"
-        " FROM h CROSS JOIN ROWS FROM (unnest(%(ns)s::text[]), unnest(%(kinds)s::text[]),"
-        " unnest(%(slugs)s::text[]), unnest(%(ops)s::text[]),"
-        " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb),"
-        " unnest(%(bvs)s::int[]), unnest(%(avs)s::int[]))"
-        " WITH ORDINALITY AS r(ns, kind, slug, op, before, after, bv, av, n) ORDER BY r.n)"
+        " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.k->>0, r.k->>1, r.k->>2,"
+        " r.k->>3, NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), (r.k->>4)::int,"
+        " (r.k->>5)::int"
+        " FROM h CROSS JOIN ROWS FROM (jsonb_array_elements(%(rows)s::jsonb),"
+        " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb))"
+        " WITH ORDINALITY AS r(k, before, after, n) ORDER BY r.n)"
         f" SELECT h.seq, h.at, h.prev_hash, h.hash{tail}"
     )
     params.update(
@@ -644,14 +644,9 @@ def _write_log(
             "rpc": cs.rpc,
             "op_count": cs.op_count,
             "namespaces": cs.namespaces,
-            "ns": ns,
-            "kinds": kinds,
-            "slugs": slugs,
-            "ops": ops,
-            "befores": json_array(befores),
-            "afters": json_array(afters),
-            "bvs": bvs,
-            "avs": avs,
+            "rows": rows,
+            "befores": befores,
+            "afters": afters,
         }
     )
     with prepared_cursor() as cursor:

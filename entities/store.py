@@ -72,6 +72,11 @@ def contents_json(writes: Sequence[EntityWrite]) -> str:
     return json_array(w.text if w.text is not None else json.dumps(w.content) for w in writes)
 
 
+def _keys_json(writes: Sequence[EntityWrite]) -> str:
+    """``[[namespace, kind, slug, version], …]`` of ``writes``, as one JSON text."""
+    return json.dumps([[w.key.namespace, w.key.kind, w.key.slug, w.version] for w in writes])
+
+
 class KeyRaced(Exception):
     """A key this transaction meant to create was created concurrently; retry."""
 
@@ -147,10 +152,6 @@ class EntityStore(Protocol):
         updates: Sequence[EntityWrite],
         deletes: Sequence[EntityKey],
     ) -> None: ...
-
-
-def _columns(keys: Sequence[EntityKey]) -> tuple[list[str], list[str], list[str]]:
-    return [k.namespace for k in keys], [k.kind for k in keys], [k.slug for k in keys]
 
 
 def entity_filters(
@@ -269,33 +270,35 @@ class BaselineStore:
         keys = sorted(set(keys))
         if not keys:
             return Locked({}, {})
-        ns, kinds, slugs = _columns(keys)
-        unprotected = None if guard is None else guard.unprotected
-        protected = None if guard is None else guard.protected
         sql = (
-            "WITH n AS (SELECT name, protected FROM entities_namespace"
-            "  WHERE name = ANY(%s::text[])),"
+            "WITH k AS (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
+            "  FROM jsonb_array_elements(%(keys)s::jsonb) v),"
+            " n AS (SELECT name, protected FROM entities_namespace"
+            "  WHERE name IN (SELECT ns FROM k)),"
             " e AS (SELECT e.namespace_id, e.kind, e.slug, e.content, e.version,"
             "  e.created_at, e.updated_at, e.changeset_id FROM entities_entity e"
-            "  JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(ns, kind, slug)"
-            "  ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+            "  JOIN k ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
             "  JOIN n ON n.name = e.namespace_id AND CASE WHEN n.protected"
-            "   THEN %s OR n.name = ANY(%s::text[]) ELSE %s OR n.name = ANY(%s::text[]) END"
-            "  ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e)"
+            "   THEN jsonb_typeof(%(guard)s::jsonb->'p') = 'null' OR %(guard)s::jsonb->'p' ? n.name"
+            "   ELSE jsonb_typeof(%(guard)s::jsonb->'u') = 'null' OR %(guard)s::jsonb->'u' ? n.name"
+            "  END ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e)"
             " SELECT name, NULL, NULL, NULL::jsonb, NULL::int, NULL::timestamptz,"
             "  NULL::timestamptz, NULL::uuid, protected FROM n"
             " UNION ALL SELECT *, NULL FROM e"
         )
-        params = [
-            sorted(set(ns)),
-            ns,
-            kinds,
-            slugs,
-            protected is None,
-            list(protected or ()),
-            unprotected is None,
-            list(unprotected or ()),
-        ]
+        # Keys and guard as JSON documents (one json.dumps in C each), not arrays:
+        # psycopg adapts every array parameter in Python (see json_array).
+        params = {
+            "keys": json.dumps([[k.namespace, k.kind, k.slug] for k in keys]),
+            "guard": json.dumps(
+                {"p": None, "u": None}
+                if guard is None
+                else {
+                    "p": None if guard.protected is None else list(guard.protected),
+                    "u": None if guard.unprotected is None else list(guard.unprotected),
+                }
+            ),
+        }
         with prepared_cursor() as cursor:
             cursor.execute(sql, params)
             result = cursor.fetchall()
@@ -349,33 +352,29 @@ class BaselineStore:
         ctes: list[str] = []
         params: dict[str, Any] = {"e_now": now, "e_cs": changeset_id}
         counts: list[str] = []
+        # Keys (and versions) go over as one JSON document per kind of change,
+        # contents as another (json_array): psycopg adapts array parameters in Python.
         if deletes:
             ctes.append(
                 "ed AS (DELETE FROM entities_entity e"
-                " USING unnest(%(ed_ns)s::text[], %(ed_kind)s::text[], %(ed_slug)s::text[])"
-                " AS k(ns, kind, slug)"
-                " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+                " USING jsonb_array_elements(%(ed_keys)s::jsonb) k"
+                " WHERE e.namespace_id = k->>0 AND e.kind = k->>1 AND e.slug = k->>2"
                 " RETURNING 1)"
             )
-            params.update(zip(("ed_ns", "ed_kind", "ed_slug"), _columns(deletes), strict=True))
+            params["ed_keys"] = json.dumps([[k.namespace, k.kind, k.slug] for k in deletes])
             counts.append("(SELECT count(*) FROM ed)")
         if updates:
             ctes.append(
-                "eu AS (UPDATE entities_entity e SET content = k.content, version = k.version,"
-                " updated_at = %(e_now)s::timestamptz, changeset_id = %(e_cs)s::uuid"
-                " FROM ROWS FROM (unnest(%(eu_ns)s::text[]), unnest(%(eu_kind)s::text[]),"
-                " unnest(%(eu_slug)s::text[]), jsonb_array_elements(%(eu_content)s::jsonb),"
-                " unnest(%(eu_version)s::int[])) AS k(ns, kind, slug, content, version)"
-                " WHERE e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
-                " RETURNING 1)"
+                "eu AS (UPDATE entities_entity e SET content = k.content,"
+                " version = (k.key->>3)::int, updated_at = %(e_now)s::timestamptz,"
+                " changeset_id = %(e_cs)s::uuid"
+                " FROM ROWS FROM (jsonb_array_elements(%(eu_keys)s::jsonb),"
+                " jsonb_array_elements(%(eu_content)s::jsonb)) AS k(key, content)"
+                " WHERE e.namespace_id = k.key->>0 AND e.kind = k.key->>1"
+                " AND e.slug = k.key->>2 RETURNING 1)"
             )
-            params.update(
-                zip(
-                    ("eu_ns", "eu_kind", "eu_slug"), _columns([w.key for w in updates]), strict=True
-                )
-            )
+            params["eu_keys"] = _keys_json(updates)
             params["eu_content"] = contents_json(updates)
-            params["eu_version"] = [w.version for w in updates]
             counts.append("(SELECT count(*) FROM eu)")
         created = "0"
         if creates:
@@ -383,20 +382,14 @@ class BaselineStore:
                 "ec AS (INSERT INTO entities_entity"
                 " (namespace_id, kind, slug, content, version, created_at, updated_at,"
                 " changeset_id)"
-                " SELECT k.ns, k.kind, k.slug, k.content, k.version, %(e_now)s::timestamptz,"
-                " %(e_now)s::timestamptz, %(e_cs)s::uuid"
-                " FROM ROWS FROM (unnest(%(ec_ns)s::text[]), unnest(%(ec_kind)s::text[]),"
-                " unnest(%(ec_slug)s::text[]), jsonb_array_elements(%(ec_content)s::jsonb),"
-                " unnest(%(ec_version)s::int[])) AS k(ns, kind, slug, content, version)"
+                " SELECT k.key->>0, k.key->>1, k.key->>2, k.content, (k.key->>3)::int,"
+                " %(e_now)s::timestamptz, %(e_now)s::timestamptz, %(e_cs)s::uuid"
+                " FROM ROWS FROM (jsonb_array_elements(%(ec_keys)s::jsonb),"
+                " jsonb_array_elements(%(ec_content)s::jsonb)) AS k(key, content)"
                 " ON CONFLICT (namespace_id, kind, slug) DO NOTHING RETURNING 1)"
             )
-            params.update(
-                zip(
-                    ("ec_ns", "ec_kind", "ec_slug"), _columns([w.key for w in creates]), strict=True
-                )
-            )
+            params["ec_keys"] = _keys_json(creates)
             params["ec_content"] = contents_json(creates)
-            params["ec_version"] = [w.version for w in creates]
             created = "(SELECT count(*) FROM ec)"
         counts.append(created)
         return WriteSql(", ".join(ctes), params, created, " + ".join(counts))
