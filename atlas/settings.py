@@ -263,9 +263,23 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("ATLAS_BROKER_CONNECT_TIMEOUT_SECON
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "") or "celery"
 
 # The journal (post-commit work) and the change feed's push side (docs/feed.md).
-# After COMMIT a write hands its journal task to a background thread, which
-# enqueues it (changesets/publisher.py); 0 enqueues inline, in the request.
-ATLAS_PUBLISH_IN_BACKGROUND = env_bool("ATLAS_PUBLISH_IN_BACKGROUND", default=True)
+# How a committed changeset's journal entry reaches a worker (changesets/
+# publisher.py, changesets/relay.py): "relay" (the workers' journal relay
+# enqueues it, woken by NOTIFY; the web tier does no broker work), "thread"
+# (a background thread in the web process enqueues it), "inline" (the request
+# enqueues it after COMMIT).
+ATLAS_JOURNAL_PUBLISH = os.environ.get("ATLAS_JOURNAL_PUBLISH", "relay")
+if ATLAS_JOURNAL_PUBLISH not in ("relay", "thread", "inline"):
+    raise ImproperlyConfigured("ATLAS_JOURNAL_PUBLISH must be relay, thread or inline")
+# Every Celery worker runs the relay (a session advisory lock keeps one active);
+# off, run `manage.py journal_relay` somewhere instead.
+ATLAS_JOURNAL_RELAY_IN_WORKER = env_bool("ATLAS_JOURNAL_RELAY_IN_WORKER", default=True)
+# The relay checks for outstanding entries at least this often (a standby
+# relay retries the lock as often), besides waking on each NOTIFY.
+ATLAS_JOURNAL_RELAY_POLL_SECONDS = env_float("ATLAS_JOURNAL_RELAY_POLL_SECONDS", 5)
+# After a NOTIFY the relay waits this long for more commits to share one message
+# (latency to subscribers vs broker CPU under load).
+ATLAS_JOURNAL_RELAY_LINGER_MS = env_float("ATLAS_JOURNAL_RELAY_LINGER_MS", 10)
 ATLAS_JOURNAL_SWEEP_AGE_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_AGE_SECONDS", 60)
 ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS", 30)
 ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS = env_float(

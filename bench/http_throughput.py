@@ -8,9 +8,11 @@ untracked model) on 127.0.0.1. 1, 4 and 8 client threads each PUT new content
 to keys of their own, for a fixed time per (endpoint, clients), in two passes
 with the endpoint order swapped; throughput = successful PUTs / second, p50/p99
 latency. Both endpoints authenticate the same DRF token of a non-staff user
-(a writer in the Atlas namespace). Post-commit journal tasks go to Redis
-(127.0.0.1:6379 db 9, a queue of this run, deleted after) when reachable, as
-in production; else to an in-memory broker. Target: Atlas ≥ 70% of plain.
+(a writer in the Atlas namespace). Post-commit journal tasks are enqueued by
+``manage.py journal_relay`` (``changesets/relay.py``), run beside gunicorn on
+the same cores as a deployment's workers run it, to Redis (127.0.0.1:6379 db
+9, a queue of this run, deleted after) when reachable, as in production; else
+to an in-memory broker. Target: Atlas ≥ 70% of plain.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -126,6 +129,7 @@ def main() -> None:
     bench_env()
     setup(settings="bench.settings", database=database(smoke))
 
+    from django.db import connection
     from rest_framework.authtoken.models import Token
 
     from bench.plain.models import PlainItem
@@ -179,6 +183,26 @@ def main() -> None:
         server = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    # No worker runs here, so the journal entries of earlier runs are all still
+    # "committed"; mark them published, or the relay would start by enqueueing them all.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE changesets_journalentry SET phase = 'published', published_at = now()"
+            " WHERE phase = 'committed'"
+        )
+    # The journal relay (changesets/relay.py) enqueues the Atlas writes' journal work,
+    # as the workers' built-in relay does in a deployment; it runs on the same 2 cores
+    # so its CPU counts against Atlas's throughput.
+    relay_log = log.with_name("relay.log")
+    with open(relay_log, "ab") as out:
+        relay = subprocess.Popen(
+            [sys.executable, "manage.py", "journal_relay", "--report-seconds", "0"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     results: dict[str, dict[int, dict]] = {"plain": {}, "atlas": {}}
     try:
         deadline = time.monotonic() + 60
@@ -219,11 +243,18 @@ def main() -> None:
             )
     finally:
         stop_process_group(server, grace=20)
+        stop_process_group(relay, grace=20)
         if use_redis:
             with contextlib.suppress(Exception):
                 import redis
 
                 redis.Redis.from_url(REDIS_URL).delete(queue)
+
+    relay_out = relay_log.read_text(errors="replace")
+    enqueued = re.search(r"stopped; (\d+) entr", relay_out)
+    if "active" not in relay_out or not enqueued or int(enqueued.group(1)) == 0:
+        raise RuntimeError(f"the journal relay did not run:\n{relay_out[-3000:]}")
+    relay_enqueued = int(enqueued.group(1))
 
     rows = []
     for clients in levels:
@@ -266,7 +297,9 @@ def main() -> None:
         f" as sync workers close each), client threads in one process on the same 2 cores;"
         f" {seconds:.0f} s per endpoint and client count in each of two passes (order swapped),"
         f" {KEYS_PER_CLIENT} keys per client. Journal tasks:"
-        f" {'Redis 127.0.0.1:6379/9' if use_redis else 'in-memory broker'}.",
+        f" {'Redis 127.0.0.1:6379/9' if use_redis else 'in-memory broker'}, enqueued by"
+        f" `manage.py journal_relay` running beside gunicorn on the same cores"
+        f" ({relay_enqueued:,} journal entries this run; the web workers enqueue nothing).",
         "",
         table(
             [

@@ -4,3 +4,12 @@ from django.apps import AppConfig
 class ChangesetsConfig(AppConfig):
     name = "changesets"
     verbose_name = "Changesets"
+
+    def ready(self) -> None:
+        # Each Celery worker runs the journal relay (one at a time is active).
+        from celery.signals import worker_ready, worker_shutdown
+
+        from changesets import relay
+
+        worker_ready.connect(relay.on_worker_ready, weak=False, dispatch_uid="atlas-relay")
+        worker_shutdown.connect(relay.on_worker_shutdown, weak=False, dispatch_uid="atlas-relay")

@@ -1,4 +1,4 @@
-"""The journal publish leaves the request path (changesets/publisher.py)."""
+"""How a committed changeset reaches the workers from the web process (changesets/publisher.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def sent(monkeypatch) -> list[tuple[str, str]]:
 def test_a_commit_hands_its_journal_task_to_the_background_thread(
     staff, namespace, sent, settings, eager
 ):
-    settings.ATLAS_PUBLISH_IN_BACKGROUND = True
+    settings.ATLAS_JOURNAL_PUBLISH = "thread"
     eager(False)
     ids = []
     for n in range(5):
@@ -65,9 +65,9 @@ def test_a_commit_hands_its_journal_task_to_the_background_thread(
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("why", ["setting off", "eager"])
+@pytest.mark.parametrize("why", ["inline", "eager"])
 def test_inline_publishing_when_turned_off_or_eager(staff, namespace, sent, settings, eager, why):
-    settings.ATLAS_PUBLISH_IN_BACKGROUND = why != "setting off"
+    settings.ATLAS_JOURNAL_PUBLISH = "inline" if why == "inline" else "relay"
     eager(why == "eager")
     result = changeset_apply(
         store=baseline,
@@ -80,7 +80,7 @@ def test_inline_publishing_when_turned_off_or_eager(staff, namespace, sent, sett
 
 
 def test_a_broker_failure_is_logged_and_the_thread_carries_on(monkeypatch, caplog, settings, eager):
-    settings.ATLAS_PUBLISH_IN_BACKGROUND = True
+    settings.ATLAS_JOURNAL_PUBLISH = "thread"
     eager(False)
     calls = []
 
@@ -99,7 +99,7 @@ def test_a_broker_failure_is_logged_and_the_thread_carries_on(monkeypatch, caplo
 
 
 def test_flush_times_out_while_a_publish_hangs(monkeypatch, settings, eager):
-    settings.ATLAS_PUBLISH_IN_BACKGROUND = True
+    settings.ATLAS_JOURNAL_PUBLISH = "thread"
     eager(False)
     stuck = threading.Event()
     monkeypatch.setattr(
@@ -111,3 +111,18 @@ def test_flush_times_out_while_a_publish_hangs(monkeypatch, settings, eager):
     finally:
         stuck.set()
     assert publisher.flush(10) is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_relay_mode_the_web_process_enqueues_nothing(staff, namespace, sent, settings, eager):
+    settings.ATLAS_JOURNAL_PUBLISH = "relay"
+    eager(False)
+    changeset_apply(
+        store=baseline,
+        actor=staff,
+        ops=[PutOp(EntityKey(namespace.name, "order", "a"), {})],
+        rpc=Rpc.PUT_ENTITY,
+    )
+    assert publisher.flush(10)
+    assert sent == []  # the journal relay (changesets.relay) enqueues it
+    assert JournalEntry.objects.filter(phase="committed").count() == 1
