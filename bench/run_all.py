@@ -39,7 +39,7 @@ from _common import bench_env, header, image, machine, table, versions  # noqa: 
 from _setup import doc_path, setup, write_section  # noqa: E402
 
 SUMMARY = "Against the peers: summary"
-WHY = "Against the peers: where Atlas misses a target, and why"
+WHY = "Against the peers: each target, and why Atlas meets or misses it"
 # The sections this suite owns, in reading order (created empty on the first run, so
 # each part's section lands in its place whatever order the parts run in).
 SECTIONS = [
