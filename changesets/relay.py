@@ -21,11 +21,13 @@ ends. Each entry is enqueued once, in seq order (see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection
 
@@ -61,11 +63,16 @@ class JournalRelay:
         while not self.stop.is_set():
             try:
                 self._session()
-            except DatabaseError:
+            except (DatabaseError, psycopg.Error):
+                # The server restarted, the session was killed, the network blinked:
+                # the lock and the LISTEN went with the session; start a new one.
                 logger.warning("journal relay: database error; reconnecting", exc_info=True)
+            except Exception:  # noqa: BLE001 - the relay must outlive any one bad wake
+                logger.exception("journal relay: unexpected error; restarting the session")
             finally:
                 self.active.clear()
-                connection.close()
+                with contextlib.suppress(Exception):
+                    connection.close()
             self.stop.wait(min(self.poll_seconds, 1.0))
 
     def _session(self) -> None:

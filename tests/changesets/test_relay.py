@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from atlas.celery import app as celery_app
 from changesets import journal
@@ -121,6 +122,23 @@ def test_one_relay_is_active_and_another_takes_over_when_it_stops(
     wait(second.active.is_set, 10, "the standby relay to take over")
     changeset_id = write(staff, namespace, 1)
     wait(lambda: [changeset_id] in broker, 5, "the new relay to enqueue the entry")
+
+
+def test_a_killed_relay_session_reconnects_and_catches_up(
+    staff, namespace, relay_mode, broker, relays
+):
+    relay = relays(poll_seconds=0.2)
+    wait(relay.active.is_set, 10, "the relay to become active")
+    with connection.cursor() as cursor:  # what a server restart does to its session
+        cursor.execute(  # the relay's session: the holder of the relay's advisory lock
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND pid <> pg_backend_pid()"
+        )
+        assert [row[0] for row in cursor.fetchall()] == [True]
+    changeset_id = write(staff, namespace, 1)  # committed while the relay has no session
+    wait(lambda: [changeset_id] in broker, 10, "the reconnected relay to enqueue it")
+    assert relay.thread.is_alive()
 
 
 def test_a_broker_outage_is_retried_at_the_next_wake(
