@@ -27,6 +27,15 @@ celery_app.conf.task_eager_propagates = True
 
 
 @pytest.fixture
+def not_eager():
+    """Celery as deployed (tasks published, not run in place) for one test."""
+    from tests.changesets.worker_helpers import celery_configured
+
+    with celery_configured(task_always_eager=False):
+        yield
+
+
+@pytest.fixture
 def namespace(db):
     """An unprotected namespace ``acme.orders``."""
     return NamespaceFactory(name="acme.orders")

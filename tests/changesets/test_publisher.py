@@ -7,24 +7,12 @@ import threading
 
 import pytest
 
-from atlas.celery import app as celery_app
 from changesets import publisher
 from changesets.models import JournalEntry, Rpc
 from changesets.ops import PutOp
 from changesets.services import changeset_apply
 from entities.store import EntityKey, baseline
-
-
-@pytest.fixture
-def eager():
-    """``eager(False)``: Celery's eager mode (tests/conftest.py turns it on) for one test."""
-    before = celery_app.conf.task_always_eager
-
-    def set_eager(value: bool) -> None:
-        celery_app.conf.task_always_eager = value
-
-    yield set_eager
-    celery_app.conf.task_always_eager = before
+from tests.changesets.worker_helpers import celery_configured
 
 
 @pytest.fixture
@@ -42,10 +30,9 @@ def sent(monkeypatch) -> list[tuple[str, str]]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_commit_hands_its_journal_task_to_the_background_thread(
-    staff, namespace, sent, settings, eager
+    staff, namespace, sent, settings, not_eager
 ):
     settings.ATLAS_JOURNAL_PUBLISH = "thread"
-    eager(False)
     ids = []
     for n in range(5):
         result = changeset_apply(
@@ -66,22 +53,23 @@ def test_a_commit_hands_its_journal_task_to_the_background_thread(
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("why", ["inline", "eager"])
-def test_inline_publishing_when_turned_off_or_eager(staff, namespace, sent, settings, eager, why):
+def test_inline_publishing_when_turned_off_or_eager(staff, namespace, sent, settings, why):
     settings.ATLAS_JOURNAL_PUBLISH = "inline" if why == "inline" else "relay"
-    eager(why == "eager")
-    result = changeset_apply(
-        store=baseline,
-        actor=staff,
-        ops=[PutOp(EntityKey(namespace.name, "order", "a"), {})],
-        rpc=Rpc.PUT_ENTITY,
-    )
+    with celery_configured(task_always_eager=why == "eager"):
+        result = changeset_apply(
+            store=baseline,
+            actor=staff,
+            ops=[PutOp(EntityKey(namespace.name, "order", "a"), {})],
+            rpc=Rpc.PUT_ENTITY,
+        )
     # Before changeset_apply returned, on the caller's thread.
     assert sent == [(str(result.changeset.id), threading.current_thread().name)]
 
 
-def test_a_broker_failure_is_logged_and_the_thread_carries_on(monkeypatch, caplog, settings, eager):
+def test_a_broker_failure_is_logged_and_the_thread_carries_on(
+    monkeypatch, caplog, settings, not_eager
+):
     settings.ATLAS_JOURNAL_PUBLISH = "thread"
-    eager(False)
     calls = []
 
     def apply_async(args, retry):
@@ -98,9 +86,8 @@ def test_a_broker_failure_is_logged_and_the_thread_carries_on(monkeypatch, caplo
     assert "could not enqueue journal publish for down; the sweep will finish it" in caplog.text
 
 
-def test_flush_times_out_while_a_publish_hangs(monkeypatch, settings, eager):
+def test_flush_times_out_while_a_publish_hangs(monkeypatch, settings, not_eager):
     settings.ATLAS_JOURNAL_PUBLISH = "thread"
-    eager(False)
     stuck = threading.Event()
     monkeypatch.setattr(
         "changesets.tasks.journal_publish.apply_async", lambda args, retry: stuck.wait(10)
@@ -114,9 +101,10 @@ def test_flush_times_out_while_a_publish_hangs(monkeypatch, settings, eager):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_in_relay_mode_the_web_process_enqueues_nothing(staff, namespace, sent, settings, eager):
+def test_in_relay_mode_the_web_process_enqueues_nothing(
+    staff, namespace, sent, settings, not_eager
+):
     settings.ATLAS_JOURNAL_PUBLISH = "relay"
-    eager(False)
     changeset_apply(
         store=baseline,
         actor=staff,

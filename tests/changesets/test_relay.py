@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from atlas.celery import app as celery_app
 from changesets import journal
 from changesets.models import JournalEntry, Rpc
 from changesets.ops import PutOp
@@ -22,18 +21,15 @@ from changesets.relay import JournalRelay, start_in_thread
 from changesets.services import changeset_apply
 from changesets.tasks import journal_publish_batch
 from entities.store import EntityKey, baseline
+from tests.changesets.worker_helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def relay_mode(settings) -> Iterator[None]:
+def relay_mode(settings, not_eager) -> None:
     """The default deployment: the web process enqueues nothing, Celery not eager."""
     settings.ATLAS_JOURNAL_PUBLISH = "relay"
-    before = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = False
-    yield
-    celery_app.conf.task_always_eager = before
 
 
 @pytest.fixture
@@ -67,14 +63,6 @@ def relays() -> Iterator[Callable[..., JournalRelay]]:
         assert not relay.thread.is_alive()
 
 
-def wait(predicate: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def write(staff: Any, namespace: Any, n: int) -> str:
     result = changeset_apply(
         store=baseline,
@@ -90,10 +78,15 @@ def test_a_commit_wakes_the_relay_which_enqueues_each_entry_once(
 ):
     # A poll interval far longer than the test: only the NOTIFY can wake it.
     relay = relays(poll_seconds=60)
-    wait(relay.active.is_set, 10, "the relay to become active")
+    wait_for(relay.active.is_set, timeout=10, what="the relay to become active", every=0.02)
     ids = [write(staff, namespace, n) for n in range(5)]
 
-    wait(lambda: sum(len(m) for m in broker) >= 5, 5, "the relay to enqueue five entries")
+    wait_for(
+        lambda: sum(len(m) for m in broker) >= 5,
+        timeout=5,
+        what="the relay to enqueue five entries",
+        every=0.02,
+    )
     time.sleep(0.3)  # anything more would be a duplicate
     enqueued = [i for m in broker for i in m]
     assert enqueued == ids, "each committed entry once, in commit order"
@@ -105,30 +98,40 @@ def test_entries_committed_before_the_relay_started_are_enqueued_at_once(
 ):
     ids = [write(staff, namespace, n) for n in range(3)]
     relays(poll_seconds=60)
-    wait(lambda: [i for m in broker for i in m] == ids, 10, "the backlog to be enqueued")
+    wait_for(
+        lambda: [i for m in broker for i in m] == ids,
+        timeout=10,
+        what="the backlog to be enqueued",
+        every=0.02,
+    )
 
 
 def test_one_relay_is_active_and_another_takes_over_when_it_stops(
     staff, namespace, relay_mode, broker, relays
 ):
     first = relays(poll_seconds=0.2)
-    wait(first.active.is_set, 10, "the first relay to become active")
+    wait_for(first.active.is_set, timeout=10, what="the first relay to become active", every=0.02)
     second = relays(poll_seconds=0.2)
     time.sleep(1.0)
     assert not second.active.is_set(), "the advisory lock admits one relay"
 
     first.stop.set()
     first.thread.join(10)
-    wait(second.active.is_set, 10, "the standby relay to take over")
+    wait_for(second.active.is_set, timeout=10, what="the standby relay to take over", every=0.02)
     changeset_id = write(staff, namespace, 1)
-    wait(lambda: [changeset_id] in broker, 5, "the new relay to enqueue the entry")
+    wait_for(
+        lambda: [changeset_id] in broker,
+        timeout=5,
+        what="the new relay to enqueue the entry",
+        every=0.02,
+    )
 
 
 def test_a_killed_relay_session_reconnects_and_catches_up(
     staff, namespace, relay_mode, broker, relays
 ):
     relay = relays(poll_seconds=0.2)
-    wait(relay.active.is_set, 10, "the relay to become active")
+    wait_for(relay.active.is_set, timeout=10, what="the relay to become active", every=0.02)
     with connection.cursor() as cursor:  # what a server restart does to its session
         cursor.execute(  # the relay's session: the holder of the relay's advisory lock
             "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
@@ -137,7 +140,12 @@ def test_a_killed_relay_session_reconnects_and_catches_up(
         )
         assert [row[0] for row in cursor.fetchall()] == [True]
     changeset_id = write(staff, namespace, 1)  # committed while the relay has no session
-    wait(lambda: [changeset_id] in broker, 10, "the reconnected relay to enqueue it")
+    wait_for(
+        lambda: [changeset_id] in broker,
+        timeout=10,
+        what="the reconnected relay to enqueue it",
+        every=0.02,
+    )
     assert relay.thread.is_alive()
 
 
@@ -155,9 +163,9 @@ def test_a_broker_outage_is_retried_at_the_next_wake(
     monkeypatch.setattr(journal_publish_batch, "apply_async", apply_async)
     relays(poll_seconds=0.3)
     changeset_id = write(staff, namespace, 1)
-    wait(lambda: len(calls) >= 1, 5, "a failed attempt")
+    wait_for(lambda: len(calls) >= 1, timeout=5, what="a failed attempt", every=0.02)
     up.set()
-    wait(lambda: len(calls) >= 2, 5, "the retry")
+    wait_for(lambda: len(calls) >= 2, timeout=5, what="the retry", every=0.02)
     assert calls[-1] == [changeset_id]
     time.sleep(0.8)
     assert calls.count([changeset_id]) == 2, "once enqueued, not enqueued again"
