@@ -598,10 +598,10 @@ def _write_log(
             f" {entity_sql.written} AS written),"
         )
         head_from, head_where = " FROM w", " AND w.created = %(creates)s::bigint"
-        tail = " FROM w LEFT JOIN h ON TRUE"
+        tail = ", w.created FROM w LEFT JOIN h ON TRUE"
         params: dict[str, Any] = dict(entity_sql.params)
     else:
-        with_entities, head_from, head_where, tail, params = "", "", "", " FROM h", {}
+        with_entities, head_from, head_where, tail, params = "", "", "", ", 0 FROM h", {}
     journal_sql = (
         " j AS (INSERT INTO changesets_journalentry (changeset_id, phase, created_at,"
         " published_at, attempts, last_error, failures)"
@@ -653,15 +653,12 @@ def _write_log(
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None or row[0] is None:
-        if row is not None:
-            # w's row came back without h's: the head did not move. Either a
-            # create lost its race (fewer rows inserted) or the head row is gone.
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1 FROM changesets_loghead WHERE id = 1")
-                if cursor.fetchone() is not None:
-                    raise KeyRaced()
+        # The head did not move: a create lost its race (fewer rows inserted than
+        # meant), or else the head's row is gone.
+        if row is not None and row[4] != creates:
+            raise KeyRaced()
         raise _HeadMissing()
-    cs.seq, cs.at, cs.prev_hash, cs.hash = row
+    cs.seq, cs.at, cs.prev_hash, cs.hash = row[:4]
     cs._state.adding = False
     cs._state.db = connection.alias
 
