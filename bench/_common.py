@@ -148,6 +148,23 @@ def stop_process_group(process: subprocess.Popen, *, grace: float = 15) -> None:
         process.wait(5)
 
 
+def clear_journal_backlog() -> None:
+    """Mark every journal entry still ``committed`` published, before a journal relay starts.
+
+    No worker publishes the benchmark databases' entries, so they pile up run
+    after run; a relay starts before the oldest outstanding entry
+    (changesets/relay.py) and would begin by enqueueing them all, on the cores
+    being measured.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE changesets_journalentry SET phase = 'published', published_at = now()"
+            " WHERE phase = 'committed'"
+        )
+
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in ("Django", "djangorestframework", "psycopg", "gunicorn", "celery", *PEER_PACKAGES):

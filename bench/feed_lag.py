@@ -30,7 +30,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from _common import bench_env, database, header, stop_process_group, summary, table, write_json
+from _common import (
+    bench_env,
+    clear_journal_backlog,
+    database,
+    header,
+    stop_process_group,
+    summary,
+    table,
+    write_json,
+)
 from _setup import ROOT, setup, write_section
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
@@ -204,13 +213,8 @@ def main() -> None:
             "PYTHONUNBUFFERED": "1",
         }
         # The worker's journal relay (changesets/relay.py) enqueues each commit's journal
-        # work. It starts before the oldest outstanding entry, and no worker published the
-        # other parts' entries: mark those published, so it starts with this part's.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE changesets_journalentry SET phase = 'published', published_at = now()"
-                " WHERE phase = 'committed'"
-            )
+        # work; it starts with this part's entries, not the other parts' backlog.
+        clear_journal_backlog()
         worker = start_worker(env, log)
         try:
             for mode, count_, gap in (("paced, 20 writes/s", 200, 0.05), ("burst", 200, 0.0)):

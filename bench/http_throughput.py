@@ -34,6 +34,7 @@ from pathlib import Path
 
 from _common import (
     bench_env,
+    clear_journal_backlog,
     database,
     header,
     image,
@@ -129,7 +130,6 @@ def main() -> None:
     bench_env()
     setup(settings="bench.settings", database=database(smoke))
 
-    from django.db import connection
     from rest_framework.authtoken.models import Token
 
     from bench.plain.models import PlainItem
@@ -183,13 +183,7 @@ def main() -> None:
         server = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    # No worker runs here, so the journal entries of earlier runs are all still
-    # "committed"; mark them published, or the relay would start by enqueueing them all.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE changesets_journalentry SET phase = 'published', published_at = now()"
-            " WHERE phase = 'committed'"
-        )
+    clear_journal_backlog()  # no worker runs here: earlier runs' entries wait forever
     # The journal relay (changesets/relay.py) enqueues the Atlas writes' journal work,
     # as the workers' built-in relay does in a deployment; it runs on the same 2 cores
     # so its CPU counts against Atlas's throughput.
