@@ -1,9 +1,10 @@
 """Admin building blocks shared by the apps.
 
 - :class:`ReadOnlyAdmin`: browse only, for the log and the entity table.
-- :func:`admin_roles`: the namespace roles the admin applies to a user (see
-  ``docs/admin.md``, "Who sees what"): superusers are maintainers everywhere;
-  every other admin user has exactly the roles their grants give them.
+- :func:`admin_roles`: the namespace roles the admin applies to a user: the
+  same engine as the API (``entities.access``; ``docs/admin.md``, "Who sees
+  what"): superusers are maintainers everywhere; every other admin user has
+  exactly the roles their grants give them.
 - :class:`NamespaceScopedAdmin`: a read-only admin whose rows are limited to
   the namespaces the user can read (DESIGN invariant 8).
 - :class:`EstimatedCountPaginator`: page counts without a full ``COUNT(*)``.
@@ -15,99 +16,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.contenttypes.models import ContentType
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from guardian.models import GroupObjectPermission, UserObjectPermission
 
-from entities.access import ROLE_PERMISSIONS, Role, required_write_role
-from entities.models import Namespace
-
-# A permission codename -> the lowest role that holds it (read -> reader, ...).
-_CODENAME_ROLE: dict[str, Role] = {}
-for _role in sorted(ROLE_PERMISSIONS):
-    for _codename in ROLE_PERMISSIONS[_role]:
-        _CODENAME_ROLE.setdefault(_codename, _role)
-
-_REQUEST_ATTR = "_atlas_admin_roles"
+from entities.access import Roles, roles_for
 
 
-@dataclass
-class AdminRoles:
-    """One admin user's namespace roles: a floor for every namespace, plus grants."""
+def admin_roles(request: HttpRequest) -> Roles:
+    """The roles the admin applies to ``request.user``: the API's, from the one engine.
 
-    floor: Role = Role.NONE
-    grants: dict[str, Role] = field(default_factory=dict)
-
-    def role(self, namespace: str) -> Role:
-        return max(self.floor, self.grants.get(namespace, Role.NONE))
-
-    def can_read(self, namespace: str) -> bool:
-        return self.role(namespace) >= Role.READER
-
-    def readable(self) -> list[str] | None:
-        """Names the user may read, or ``None`` meaning every namespace."""
-        if self.floor >= Role.READER:
-            return None
-        return sorted(ns for ns, role in self.grants.items() if role >= Role.READER)
-
-    def can_write_all(self, names: Sequence[str], *, branch: str = "") -> bool:
-        """May write every namespace in ``names`` (maintainer for a protected baseline).
-
-        A namespace that no longer exists cannot be written, so it refuses.
-        """
-        namespaces = {ns.name: ns for ns in Namespace.objects.filter(name__in=list(names))}
-        return bool(names) and all(
-            name in namespaces
-            and self.role(name) >= required_write_role(namespaces[name], branch=branch)
-            for name in names
-        )
-
-
-def _load_admin_roles(user: Any) -> AdminRoles:
-    if not getattr(user, "is_authenticated", False) or not user.is_active:
-        return AdminRoles()
-    if user.is_superuser:
-        return AdminRoles(floor=Role.MAINTAINER)
-    # Unlike entities.access (the API), ``is_staff`` adds nothing here: it is
-    # Django's "may log in to the admin" flag, not a namespace role.
-    floor = Role.NONE
-    for perm in user.get_all_permissions():
-        app, _, codename = perm.partition(".")
-        if app == "entities" and codename in _CODENAME_ROLE:
-            floor = max(floor, _CODENAME_ROLE[codename])
-    ct = ContentType.objects.get_for_model(Namespace)
-    rows = list(
-        UserObjectPermission.objects.filter(user=user, content_type=ct).values_list(
-            "object_pk", "permission__codename"
-        )
-    ) + list(
-        GroupObjectPermission.objects.filter(group__user=user, content_type=ct).values_list(
-            "object_pk", "permission__codename"
-        )
-    )
-    grants: dict[str, Role] = {}
-    for object_pk, codename in rows:
-        role = _CODENAME_ROLE.get(codename, Role.NONE)
-        if role > grants.get(object_pk, Role.NONE):
-            grants[object_pk] = role
-    return AdminRoles(floor=floor, grants=grants)
-
-
-def admin_roles(request: HttpRequest) -> AdminRoles:
-    """The roles the admin applies to ``request.user``, loaded once per request."""
-    roles = getattr(request, _REQUEST_ATTR, None)
-    if roles is None:
-        roles = _load_admin_roles(request.user)
-        setattr(request, _REQUEST_ATTR, roles)
-    return roles
+    :func:`entities.access.roles_for` caches them on the user object, which
+    lives for one request, so every check on an admin page costs one query.
+    """
+    return roles_for(request.user)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -32,7 +32,7 @@ def is_valid_name(value: object) -> bool:
 
 
 def can_see(branch: Branch, user: User) -> bool:
-    """Creator, staff, or a reader of any namespace the branch touched."""
+    """Creator, a superuser, or a reader of any namespace the branch touched."""
     if not getattr(user, "is_authenticated", False):
         return False
     if branch.created_by_id is not None and branch.created_by_id == user.pk:

@@ -87,11 +87,11 @@ def _require_close_permission(
     actor: AbstractBaseUser, branch: Branch, namespaces: Iterable[str]
 ) -> None:
     """Closing a branch (abandon, or a merge that lands nothing) needs its creator,
-    or the writer role in every namespace it touched (staff have it everywhere)."""
+    or the writer role in every namespace it touched (superusers have it everywhere)."""
     if branch.created_by_id is not None and branch.created_by_id == actor.pk:
         return
     names = sorted(namespaces)
-    if access.is_staff(actor) or (
+    if access.is_superuser(actor) or (
         names and all(access.role_in(actor, n) >= Role.WRITER for n in names)
     ):
         return

@@ -2,18 +2,28 @@
 
 A role grant stores every permission up to its level, so "can read" is one
 permission check however the user got it (directly, through a group, or as a
-global Django permission). Staff users are maintainers everywhere.
+global Django permission).
+
+This is the one role engine: the API, the admin, the feed, exports and every
+service ask it, so no surface can answer differently from another (the
+admin once had its own, and a scoped admin account could read through the
+API what the admin hid from it). The rule is short: a superuser holds every
+role everywhere; anyone else, staff included, holds exactly what their
+grants give them. ``is_staff`` is Django's "may log in to the admin" flag
+and opens no namespace (docs/security.md).
 
 Roles are computed once per user object (one statement) and cached on it: a
 request checks many namespaces, and a batch must not cost a query per op. The
 cache lives no longer than the user object, i.e. one request, so a grant,
-group or ``is_staff`` change is seen by the next request without invalidation.
+group or ``is_superuser`` change is seen by the next request without
+invalidation.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -48,11 +58,12 @@ _CACHE_ATTR = "_atlas_namespace_roles"
 User = AbstractBaseUser | AnonymousUser
 
 
-def is_staff(user: User) -> bool:
-    return bool(getattr(user, "is_authenticated", False) and (user.is_staff or user.is_superuser))
+def is_superuser(user: User) -> bool:
+    """The one principal above the grants: every role in every namespace."""
+    return bool(getattr(user, "is_authenticated", False) and user.is_active and user.is_superuser)
 
 
-class _Roles:
+class Roles:
     """Per-user role table: explicit grants, plus a floor from global permissions."""
 
     def __init__(self, floor: Role, grants: dict[str, Role]) -> None:
@@ -61,6 +72,32 @@ class _Roles:
 
     def role(self, namespace: str) -> Role:
         return max(self.floor, self.grants.get(namespace, Role.NONE))
+
+    def can_read(self, namespace: str) -> bool:
+        return self.role(namespace) >= Role.READER
+
+    def at_least(self, level: Role) -> tuple[str, ...] | None:
+        """Names where the user holds ``level`` or more; ``None`` means every namespace."""
+        if self.floor >= level:
+            return None
+        return tuple(sorted(ns for ns, role in self.grants.items() if role >= level))
+
+    def readable(self) -> list[str] | None:
+        """Names the user may read, or ``None`` meaning every namespace."""
+        names = self.at_least(Role.READER)
+        return None if names is None else list(names)
+
+    def can_write_all(self, names: Sequence[str], *, branch: str = "") -> bool:
+        """May write every namespace in ``names`` (maintainer for a protected baseline).
+
+        A namespace that no longer exists cannot be written, so it refuses.
+        """
+        namespaces = {ns.name: ns for ns in Namespace.objects.filter(name__in=list(names))}
+        return bool(names) and all(
+            name in namespaces
+            and self.role(name) >= required_write_role(namespaces[name], branch=branch)
+            for name in names
+        )
 
 
 @functools.cache
@@ -111,11 +148,11 @@ def _roles_sql() -> str:
     )
 
 
-def _load_roles(user: User) -> _Roles:
+def _load_roles(user: User) -> Roles:
     if not getattr(user, "is_authenticated", False) or not user.is_active:
-        return _Roles(Role.NONE, {})
-    if is_staff(user):
-        return _Roles(Role.MAINTAINER, {})
+        return Roles(Role.NONE, {})
+    if user.is_superuser:
+        return Roles(Role.MAINTAINER, {})
     with prepared_cursor() as cursor:  # every request runs it: parse and plan once
         cursor.execute(_roles_sql(), {"user": user.pk, "codenames": list(_CODENAME_ROLE)})
         rows = cursor.fetchall()
@@ -127,10 +164,10 @@ def _load_roles(user: User) -> _Roles:
             floor = max(floor, role)
         elif role > grants.get(object_pk, Role.NONE):
             grants[object_pk] = role
-    return _Roles(floor, grants)
+    return Roles(floor, grants)
 
 
-def roles_for(user: User) -> _Roles:
+def roles_for(user: User) -> Roles:
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is None:
         cached = _load_roles(user)
@@ -154,11 +191,8 @@ def can_read(user: User, namespace: str) -> bool:
 
 
 def readable_namespaces(user: User) -> list[str] | None:
-    """Names the user may read, or ``None`` meaning "all of them" (staff, global perms)."""
-    roles = roles_for(user)
-    if roles.floor >= Role.READER:
-        return None
-    return sorted(ns for ns, role in roles.grants.items() if role >= Role.READER)
+    """Names the user may read, or ``None`` meaning "all of them" (superusers, global perms)."""
+    return roles_for(user).readable()
 
 
 @dataclass(frozen=True)
@@ -183,14 +217,8 @@ def write_guard(user: User, *, branch: str) -> WriteGuard:
     """:class:`WriteGuard` for ``user`` writing ``branch`` (the rule of
     :func:`required_write_role`, over every namespace at once)."""
     roles = roles_for(user)
-
-    def at_least(level: Role) -> tuple[str, ...] | None:
-        if roles.floor >= level:
-            return None
-        return tuple(sorted(ns for ns, role in roles.grants.items() if role >= level))
-
-    writer = at_least(Role.WRITER)
-    return WriteGuard(writer, writer if branch != "" else at_least(Role.MAINTAINER))
+    writer = roles.at_least(Role.WRITER)
+    return WriteGuard(writer, writer if branch != "" else roles.at_least(Role.MAINTAINER))
 
 
 def required_write_role(namespace: Namespace, *, branch: str) -> Role:

@@ -20,7 +20,7 @@ from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.services import ApplyResult, changeset_apply
 from entities.services import role_grant
 from entities.store import EntityKey, baseline
-from tests.entities.factories import NamespaceFactory, StaffFactory, UserFactory
+from tests.entities.factories import NamespaceFactory, SuperuserFactory, UserFactory
 
 celery_app.conf.task_always_eager = True
 celery_app.conf.task_eager_propagates = True
@@ -50,8 +50,8 @@ def protected_namespace(db):
 def make_user(db) -> Callable[..., Any]:
     """``make_user("alice", reader=["acme.orders"], writer=[...], maintainer=[...])``."""
 
-    def make(username: str, *, staff: bool = False, **roles: list[str]) -> Any:
-        user = (StaffFactory if staff else UserFactory)(username=username)
+    def make(username: str, *, superuser: bool = False, **roles: list[str]) -> Any:
+        user = (SuperuserFactory if superuser else UserFactory)(username=username)
         for role, names in roles.items():
             for name in names:
                 role_grant(namespace=NamespaceFactory(name=name), principal=user, role=role)
@@ -62,7 +62,8 @@ def make_user(db) -> Callable[..., Any]:
 
 @pytest.fixture
 def staff(db):
-    return StaffFactory(username="root")
+    """The operator: a superuser (``is_staff`` alone holds no namespace role)."""
+    return SuperuserFactory(username="root")
 
 
 @pytest.fixture

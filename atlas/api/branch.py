@@ -20,7 +20,7 @@ def store_for(request: Request) -> EntityStore:
     """The baseline store, or the named branch's overlay (404 when unknown or invisible).
 
     Header absent (or empty) = baseline. A branch is visible to its creator,
-    to staff, and to readers of any namespace it has written; an invalid
+    to superusers, and to readers of any namespace it has written; an invalid
     name, a missing branch and an invisible one all answer the same 404, with
     the header as the pointer. Closed (merged, abandoned) branches resolve
     too: reads work, writes are refused with 409 by the store.

@@ -1,4 +1,4 @@
-"""The change feed (``GET /changes``) and subscriptions (staff): thin views.
+"""The change feed (``GET /changes``) and subscriptions (superusers): thin views.
 
 Parsing and rendering here; reads in :mod:`changesets.feed`, writes in
 :mod:`changesets.subscriptions`.
@@ -225,17 +225,17 @@ class ChangeFeedView(APIView):
         return Response(body)
 
 
-# --- subscriptions (staff) -------------------------------------------------------------------
+# --- subscriptions (superusers) -------------------------------------------------------------------
 
 
-class IsStaff(BasePermission):
-    """Subscriptions see every namespace's changes, so only staff manage them."""
+class IsSuperuser(BasePermission):
+    """Subscriptions see every namespace's changes, so only superusers manage them."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
         if not (request.user and request.user.is_authenticated):
             return False
-        if not access.is_staff(request.user):
-            raise PermissionDenied("Subscriptions are managed by staff users.")
+        if not access.is_superuser(request.user):
+            raise PermissionDenied("Subscriptions are managed by superusers.")
         return True
 
 
@@ -321,11 +321,11 @@ def _get_subscription(subscription_id: str) -> Subscription:
 
 
 class SubscriptionListView(APIView):
-    permission_classes = [IsStaff]
+    permission_classes = [IsSuperuser]
 
     @extend_schema(
         operation_id="subscriptions_list",
-        summary="Subscriptions (staff)",
+        summary="Subscriptions (superusers)",
         parameters=[
             OpenApiParameter("page_size", OpenApiTypes.INT),
             OpenApiParameter("page_token", OpenApiTypes.STR),
@@ -350,7 +350,7 @@ class SubscriptionListView(APIView):
 
     @extend_schema(
         operation_id="subscriptions_create",
-        summary="Create a subscription (staff); the secret is shown only in this response",
+        summary="Create a subscription (superusers); the secret is shown only in this response",
         request=SubscriptionCreateBody,
         responses={201: SubscriptionCreatedSerializer, 403: PROBLEM, 422: PROBLEM},
     )
@@ -375,11 +375,11 @@ class SubscriptionListView(APIView):
 
 
 class SubscriptionDetailView(APIView):
-    permission_classes = [IsStaff]
+    permission_classes = [IsSuperuser]
 
     @extend_schema(
         operation_id="subscriptions_get",
-        summary="One subscription (staff)",
+        summary="One subscription (superusers)",
         responses={200: SubscriptionSerializer, 403: PROBLEM, 404: PROBLEM},
     )
     def get(self, request: Request, subscription_id: str) -> Response:
@@ -387,7 +387,7 @@ class SubscriptionDetailView(APIView):
 
     @extend_schema(
         operation_id="subscriptions_update",
-        summary="Change a subscription (staff); moving the cursor replays or skips",
+        summary="Change a subscription (superusers); moving the cursor replays or skips",
         request=SubscriptionUpdateBody,
         responses={
             200: SubscriptionSerializer,
@@ -421,7 +421,7 @@ class SubscriptionDetailView(APIView):
 
     @extend_schema(
         operation_id="subscriptions_delete",
-        summary="Delete a subscription (staff)",
+        summary="Delete a subscription (superusers)",
         responses={204: None, 403: PROBLEM, 404: PROBLEM},
     )
     @idempotent

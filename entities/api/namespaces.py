@@ -1,4 +1,5 @@
-"""Namespaces and role grants: reads for everyone, writes for staff."""
+"""Namespaces and role grants: reads for everyone; namespaces are managed by
+superusers, a namespace's grants also by its maintainers."""
 
 from __future__ import annotations
 
@@ -28,16 +29,16 @@ from entities.validation import MSG_NAMESPACE, is_valid_namespace
 PROBLEM = OpenApiTypes.OBJECT
 
 
-class IsStaffForWrites(BasePermission):
-    """Reads are open to any authenticated user (filtered); writes need staff."""
+class IsSuperuserForWrites(BasePermission):
+    """Reads are open to any authenticated user (filtered); writes need a superuser."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
         if request.method in ("GET", "HEAD", "OPTIONS"):
             return bool(request.user and request.user.is_authenticated)
         if not (request.user and request.user.is_authenticated):
             return False
-        if not access.is_staff(request.user):
-            raise PermissionDenied("Managing namespaces and grants needs a staff user.")
+        if not access.is_superuser(request.user):
+            raise PermissionDenied("Managing namespaces needs a superuser.")
         return True
 
 
@@ -71,7 +72,7 @@ GrantSerializer = inline_serializer(
 
 
 class NamespaceListView(APIView):
-    permission_classes = [IsStaffForWrites]
+    permission_classes = [IsSuperuserForWrites]
 
     @extend_schema(
         operation_id="namespaces_list",
@@ -106,7 +107,7 @@ class NamespaceListView(APIView):
 
     @extend_schema(
         operation_id="namespaces_create",
-        summary="Create a namespace (staff)",
+        summary="Create a namespace (superusers)",
         request=inline_serializer(
             "NamespaceCreate",
             {"name": namespace_field(), "protected": serializers.BooleanField(default=False)},
@@ -129,7 +130,7 @@ class NamespaceListView(APIView):
 
 
 class NamespaceDetailView(APIView):
-    permission_classes = [IsStaffForWrites]
+    """One namespace. Not readable = 404 first, so a PATCH confirms nothing hidden."""
 
     def _get(self, request: Request, name: str) -> Namespace:
         namespace = (
@@ -147,13 +148,15 @@ class NamespaceDetailView(APIView):
 
     @extend_schema(
         operation_id="namespaces_update",
-        summary="Change a namespace's protection (staff)",
+        summary="Change a namespace's protection (superusers)",
         request=inline_serializer("NamespaceUpdate", {"protected": serializers.BooleanField()}),
         responses={200: NamespaceSerializer, 403: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     @idempotent
     def patch(self, request: Request, name: str) -> Response:
         self._get(request, name)
+        if not access.is_superuser(request.user):
+            raise PermissionDenied("Managing namespaces needs a superuser.")
         body = require_object(request.data)
         errors = Errors()
         check_fields(body, errors, "", required={"protected"}, optional=set())
@@ -165,14 +168,22 @@ class NamespaceDetailView(APIView):
 
 
 class GrantView(APIView):
-    permission_classes = [IsStaffForWrites]
+    """A namespace's grants: superusers and that namespace's maintainers manage them.
 
-    def _resolve(self, name: str, principal_type: str, principal: str) -> tuple[Namespace, Any]:
+    A caller who cannot read the namespace gets 404 (not visible = not found);
+    a reader or writer gets 403.
+    """
+
+    def _resolve(
+        self, request: Request, name: str, principal_type: str, principal: str
+    ) -> tuple[Namespace, Any]:
         namespace = (
             Namespace.objects.filter(name=name).first() if is_valid_namespace(name) else None
         )
-        if namespace is None:
+        if namespace is None or not access.can_read(request.user, name):
             raise NotFound("No such namespace.")
+        if access.role_in(request.user, name) < access.Role.MAINTAINER:
+            raise PermissionDenied(f"Managing grants in {name!r} needs the maintainer role there.")
         if "\x00" in principal:  # no user or group can have it (PostgreSQL text cannot)
             target = None
         elif principal_type == "user":
@@ -187,7 +198,7 @@ class GrantView(APIView):
 
     @extend_schema(
         operation_id="grants_put",
-        summary="Grant a role in a namespace to a user or group (staff)",
+        summary="Grant a role to a user or group (superusers, maintainers)",
         request=inline_serializer(
             "GrantBody", {"role": serializers.ChoiceField(["reader", "writer", "maintainer"])}
         ),
@@ -201,7 +212,7 @@ class GrantView(APIView):
     )
     @idempotent
     def put(self, request: Request, name: str, principal_type: str, principal: str) -> Response:
-        namespace, target = self._resolve(name, principal_type, principal)
+        namespace, target = self._resolve(request, name, principal_type, principal)
         body = require_object(request.data)
         errors = Errors()
         check_fields(body, errors, "", required={"role"}, optional=set())
@@ -221,11 +232,11 @@ class GrantView(APIView):
 
     @extend_schema(
         operation_id="grants_delete",
-        summary="Revoke a user's or group's role in a namespace (staff)",
+        summary="Revoke a user's or group's role (superusers, maintainers)",
         responses={204: None, 403: PROBLEM, 404: PROBLEM},
     )
     @idempotent
     def delete(self, request: Request, name: str, principal_type: str, principal: str) -> Response:
-        namespace, target = self._resolve(name, principal_type, principal)
+        namespace, target = self._resolve(request, name, principal_type, principal)
         services.role_revoke(namespace=namespace, principal=target)
         return Response(status=204)

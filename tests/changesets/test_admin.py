@@ -246,10 +246,10 @@ def test_restricted_staff_sees_only_changesets_with_a_readable_namespace(root, a
     assert client.get(revert_url(hidden)).status_code == 404
 
 
-def test_is_staff_alone_reads_nothing_in_the_admin_though_the_api_says_maintainer(root):
+def test_is_staff_alone_reads_nothing_in_the_admin_nor_in_the_api(root):
     put(root, (f"{NS}/order/a", {"n": 1}))
     staff = make_admin("stella")
-    assert access.role_in(staff, NS) == access.Role.MAINTAINER  # the API's rule, unchanged
+    assert access.role_in(staff, NS) == access.Role.NONE  # one role engine for both
     response = logged_in(staff).get(LIST)
     assert response.status_code == 200
     assert response.context["cl"].result_count == 0

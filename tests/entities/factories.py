@@ -22,8 +22,18 @@ class UserFactory(factory.django.DjangoModelFactory):
 
 
 class StaffFactory(UserFactory):
+    """May log in to the admin; holds no namespace role without grants."""
+
     username = factory.Sequence(lambda n: f"staff{n}")
     is_staff = True
+
+
+class SuperuserFactory(UserFactory):
+    """Every role in every namespace (the only principal above the grants)."""
+
+    username = factory.Sequence(lambda n: f"root{n}")
+    is_staff = True
+    is_superuser = True
 
 
 class GroupFactory(factory.django.DjangoModelFactory):

@@ -1,4 +1,5 @@
-"""Namespaces and role grants over HTTP: staff manage them, everyone else reads."""
+"""Namespaces and role grants over HTTP: superusers manage namespaces, superusers and
+a namespace's maintainers its grants, everyone else reads."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 import pytest
 
 from entities.models import Namespace
-from tests.entities.factories import GroupFactory, NamespaceFactory, UserFactory
+from tests.entities.factories import GroupFactory, NamespaceFactory, StaffFactory, UserFactory
 
 API = "/api/v1"
 RFC3339_MS_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -318,10 +319,10 @@ def test_bad_role_is_422_and_grants_nothing(admin, client_for, namespace, body):
     assert client_for(user).get(f"{API}/namespaces").json()["results"] == []
 
 
-@pytest.mark.parametrize("role", ["reader", "writer", "maintainer"])
+@pytest.mark.parametrize("role", ["reader", "writer"])
 @pytest.mark.parametrize("method", ["put", "delete"])
-def test_non_staff_cannot_grant(make_user, client_for, namespace, role, method):
-    """Even a maintainer of the namespace cannot hand out roles in it."""
+def test_readers_and_writers_cannot_grant(make_user, client_for, namespace, role, method):
+    """Only superusers and the namespace's maintainers manage its grants (API.md)."""
     caller = make_user("mae", **{role: [namespace.name]})
     target = UserFactory(username="gus")
     client = client_for(caller)
@@ -334,6 +335,37 @@ def test_non_staff_cannot_grant(make_user, client_for, namespace, role, method):
     assert client_for(target).get(f"{API}/namespaces").json()["results"] == []
     # a self-upgrade did not happen either
     assert _put_entity(client, namespace.name).status_code == (403 if role == "reader" else 201)
+
+
+def test_a_maintainer_manages_grants_in_its_namespace_only(
+    make_user, client_for, namespace, protected_namespace
+):
+    maintainer = make_user("mae", maintainer=[namespace.name], reader=[protected_namespace.name])
+    UserFactory(username="gus")
+    client = client_for(maintainer)
+    granted = client.put(
+        _grant_url(namespace.name, "user", "gus"), {"role": "writer"}, format="json"
+    )
+    assert granted.status_code == 201, granted.content
+    assert client.delete(_grant_url(namespace.name, "user", "gus")).status_code == 204
+    # readable but not maintained: 403; not readable: 404 (not visible = not found)
+    elsewhere = _grant_url(protected_namespace.name, "user", "gus")
+    assert client.put(elsewhere, {"role": "reader"}, format="json").status_code == 403
+    NamespaceFactory(name="acme.hidden")
+    hidden = _grant_url("acme.hidden", "user", "gus")
+    response = client.put(hidden, {"role": "reader"}, format="json")
+    assert response.status_code == 404
+    assert response.json()["detail"] == "No such namespace."
+
+
+def test_staff_without_grants_manages_nothing(client_for, namespace):
+    staff_only = StaffFactory(username="sally")
+    UserFactory(username="gus")
+    client = client_for(staff_only)
+    assert client.post(f"{API}/namespaces", {"name": "acme.x"}, format="json").status_code == 403
+    url = _grant_url(namespace.name, "user", "gus")
+    assert client.put(url, {"role": "reader"}, format="json").status_code == 404
+    assert client.get(f"{API}/namespaces").json()["results"] == []
 
 
 def test_anonymous_grant_is_401(client_for, namespace):

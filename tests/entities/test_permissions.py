@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from changesets.models import Changeset
 from entities.services import role_grant
 from entities.store import EntityKey, baseline
-from tests.entities.factories import GroupFactory, NamespaceFactory, UserFactory
+from tests.entities.factories import GroupFactory, NamespaceFactory, StaffFactory, UserFactory
 
 API = "/api/v1"
 UNPROTECTED, PROTECTED = "acme.orders", "acme.core"
@@ -36,7 +36,8 @@ MATRIX: dict[str, tuple[tuple[int, int, bool | None], tuple[int, int, bool | Non
     "reader":           ((200, 403, True),        (200, 403, True)),
     "writer":           ((200, 200, True),        (200, 403, True)),
     "maintainer":       ((200, 200, True),        (200, 200, True)),
-    "staff":            ((200, 200, True),        (200, 200, True)),
+    "superuser":        ((200, 200, True),        (200, 200, True)),
+    "staff_no_grants":  ((404, 404, False),       (404, 404, False)),
     "reader_via_group": ((200, 403, True),        (200, 403, True)),
     "writer_via_group": ((200, 200, True),        (200, 403, True)),
 }
@@ -111,8 +112,10 @@ def principal(db, staff) -> Callable[[str, str], Any]:
     def make(name: str, namespace: str) -> Any:
         if name == "anonymous":
             return None
-        if name == "staff":
+        if name == "superuser":
             return staff
+        if name == "staff_no_grants":  # is_staff opens the admin, and no namespace
+            return StaffFactory(username=name)
         user = UserFactory(username=name)
         if name in ("reader", "writer", "maintainer"):
             role_grant(namespace=NamespaceFactory(name=namespace), principal=user, role=name)
@@ -173,7 +176,7 @@ def test_permission_matrix(who, endpoint, protected, staff, principal, write, cl
     if endpoint_class == "write":
         if expected_status == 200:
             assert Changeset.objects.count() == changesets_before + 1
-            assert response.json()["changeset"]["author"] == (who if who != "staff" else "root")
+            assert response.json()["changeset"]["author"] == (who if who != "superuser" else "root")
         else:  # refused: nothing written
             assert Changeset.objects.count() == changesets_before
             assert baseline.get(world.seed) == seed_before

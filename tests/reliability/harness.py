@@ -536,14 +536,14 @@ def manage(database_url: str, *args: str, timeout: float = 300, **env: Any):
     )
 
 
-def principal(username: str, *, staff: bool = False, writer_of: tuple[str, ...] = ()):
+def principal(username: str, *, superuser: bool = False, writer_of: tuple[str, ...] = ()):
     """A user with a DRF token (and roles); returns ``(user, token_key)``."""
     from rest_framework.authtoken.models import Token
 
     from entities.services import role_grant
-    from tests.entities.factories import NamespaceFactory, StaffFactory, UserFactory
+    from tests.entities.factories import NamespaceFactory, SuperuserFactory, UserFactory
 
-    user = (StaffFactory if staff else UserFactory)(username=username)
+    user = (SuperuserFactory if superuser else UserFactory)(username=username)
     for name in writer_of:
         role_grant(namespace=NamespaceFactory(name=name), principal=user, role="writer")
     token, _ = Token.objects.get_or_create(user=user)

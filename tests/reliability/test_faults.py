@@ -83,7 +83,7 @@ def test_push_fan_out_survives_sigkilled_workers_and_beat(settings):
     kill_every = 20.0
     timeout = 1.0  # the workers' webhook timeout; the flaky receiver stalls past it
     ns = "rel.push"
-    staff, _ = principal("root", staff=True)
+    staff, _ = principal("root", superuser=True)
     principal("pusher", writer_of=(ns,))  # creates the namespace
     rng = random.Random(5)
     arrivals: dict[str, list[tuple[float, Any]]] = {"a": [], "b": [], "flaky": []}

@@ -55,7 +55,7 @@ from changesets.services import changeset_apply
 from entities.models import Namespace
 from entities.services import role_grant
 from entities.store import EntityKey, baseline
-from tests.entities.factories import GroupFactory, StaffFactory, UserFactory
+from tests.entities.factories import GroupFactory, SuperuserFactory, UserFactory
 
 pytestmark = pytest.mark.usefixtures("no_network")
 STRESS = os.environ.get("ATLAS_STRESS") == "1"
@@ -119,7 +119,7 @@ def build_world(seed: int, client_for: Callable[[Any], APIClient]) -> World:
     namespaces = [f"leak.{t}" for t in tags]
     for index, name in enumerate(namespaces):
         Namespace.objects.create(name=name, protected=index % 3 == 0)
-    staff = StaffFactory(username=f"staff-{wid}")
+    staff = SuperuserFactory(username=f"staff-{wid}")
     world = World(rng, namespaces, dict(zip(namespaces, tags, strict=True)), [])
 
     # Users with random roles: direct grants, a group, a global permission, staff, nobody.

@@ -87,7 +87,7 @@ def test_feed_completeness_with_writer_processes_pauses_and_rollbacks(tmp_path):
     strictly increasing by 1."""
     writers, per_writer = sized((4, 150), (8, 2000))
     ns = "rel.feed"
-    _, token = principal("root", staff=True)
+    _, token = principal("root", superuser=True)
     principal("feeder", writer_of=(ns,))
     db = database_url_of_tests()
     folder = tmp_path
@@ -234,7 +234,7 @@ def test_an_in_flight_writer_is_never_passed_by_the_feed(where, outcome, client_
 
     hold, others = sized((5.0, 100), (30.0, 1000))
     ns = "rel.hold"
-    staff, _ = principal("root", staff=True)
+    staff, _ = principal("root", superuser=True)
     writer, _ = principal("holder", writer_of=(ns,))
     reader = client_for(staff)
     changeset_apply(

@@ -56,7 +56,7 @@ from schemathesis.engine import Status, events, from_schema
 from branches.services import branch_create
 from changesets.feed import cursor_encode
 from changesets.models import Subscription
-from tests.entities.factories import NamespaceFactory, StaffFactory
+from tests.entities.factories import NamespaceFactory, SuperuserFactory
 
 pytestmark = pytest.mark.usefixtures("no_network")
 STRESS = os.environ.get("ATLAS_STRESS") == "1"
@@ -238,7 +238,7 @@ def in_process_transport(monkeypatch):
 @pytest.fixture
 def seeded(transactional_db, write):
     """A staff token and a small world whose names appear as parameter examples."""
-    staff = StaffFactory(username="fuzz-staff")
+    staff = SuperuserFactory(username="fuzz-staff")
     token, _ = Token.objects.get_or_create(user=staff)
     NamespaceFactory(name="acme.orders")
     NamespaceFactory(name="acme.core", protected=True)

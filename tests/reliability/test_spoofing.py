@@ -54,7 +54,7 @@ from changesets.subscriptions import subscription_create
 from entities.models import Namespace
 from entities.services import role_grant
 from entities.store import EntityKey
-from tests.entities.factories import NamespaceFactory, StaffFactory, UserFactory
+from tests.entities.factories import NamespaceFactory, SuperuserFactory, UserFactory
 
 pytestmark = pytest.mark.usefixtures("no_network")
 STRESS = os.environ.get("ATLAS_STRESS") == "1"
@@ -341,13 +341,13 @@ CALLS: dict[str, Call] = {
 
 @pytest.fixture
 def world(db, client_for):
-    staff = StaffFactory(username="root-real")
+    staff = SuperuserFactory(username="root-real")
     writer = UserFactory(username="wendy-real")
     NamespaceFactory(name=NS)
     role_grant(namespace=Namespace.objects.get(name=NS), principal=writer, role="writer")
     UserFactory(username="gina")
     # Real users whose names a spoofer claims (staff "root", a writer "mallory").
-    StaffFactory(username="root")
+    SuperuserFactory(username="root")
     mallory = UserFactory(username="mallory")
     role_grant(namespace=Namespace.objects.get(name=NS), principal=mallory, role="writer")
     return World(

@@ -59,7 +59,7 @@ from changesets.revert import changeset_revert
 from changesets.services import changeset_apply
 from entities.models import Entity, Namespace
 from entities.store import EntityKey, baseline
-from tests.entities.factories import StaffFactory
+from tests.entities.factories import SuperuserFactory
 
 pytestmark = pytest.mark.usefixtures("no_network")
 STRESS = os.environ.get("ATLAS_STRESS") == "1"
@@ -141,7 +141,7 @@ class AtlasMachine(RuleBasedStateMachine):
         super().__init__()
         self.ns = f"sm.{uuid.uuid4().hex[:16]}"
         Namespace.objects.create(name=self.ns)
-        self.actor = StaffFactory(username="sm-staff")
+        self.actor = SuperuserFactory(username="sm-staff")
         # baseline model: slug -> (content, version); highest version each slug ever had
         self.base: dict[str, tuple[dict[str, Any], int]] = {}
         self.last_version: dict[str, int] = {}
