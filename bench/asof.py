@@ -140,11 +140,11 @@ def main() -> None:
     from django.conf import settings
     from rest_framework.test import APIClient
 
-    from tests.entities.factories import StaffFactory
+    from tests.entities.factories import SuperuserFactory
 
     settings.ALLOWED_HOSTS = ["testserver"]
     client = APIClient()
-    client.force_authenticate(StaffFactory(username="bench-reader"))
+    client.force_authenticate(SuperuserFactory(username="bench-root-reader"))
     url = f"/api/v1/entities?namespace={NS}&page_size={args.page}"
 
     def http(query: str = "") -> None:

@@ -33,9 +33,9 @@ def main() -> None:
     from changesets.services import changeset_apply
     from entities.models import Namespace
     from entities.store import EntityKey, baseline
-    from tests.entities.factories import StaffFactory
+    from tests.entities.factories import SuperuserFactory
 
-    actor = StaffFactory(username="bench")
+    actor = SuperuserFactory(username="bench-root")
     rows = []
     for phase in ("create", "update"):
         times, queries = [], []

@@ -135,9 +135,9 @@ def main() -> None:
     from changesets.subscriptions import subscription_create
     from entities.models import Namespace
     from entities.store import EntityKey, baseline
-    from tests.entities.factories import StaffFactory
+    from tests.entities.factories import SuperuserFactory
 
-    staff = StaffFactory(username="bench")
+    root = SuperuserFactory(username="bench-root")
     page = 100 if smoke else 1000
     repeat = 3 if smoke else 20
 
@@ -154,7 +154,7 @@ def main() -> None:
                 PutOp(EntityKey(ns.name, "item", f"k{i}"), {"n": i})
                 for i in range(start, start + 500)
             ]
-            changeset_apply(store=baseline, actor=staff, ops=ops, rpc=Rpc.BATCH_MUTATE)
+            changeset_apply(store=baseline, actor=root, ops=ops, rpc=Rpc.BATCH_MUTATE)
         with connection.cursor() as cursor:
             cursor.execute("SELECT min(seq), max(seq), count(*) FROM changesets_revision")
             low, high, count = cursor.fetchone()
@@ -177,7 +177,7 @@ def main() -> None:
         one_page(after)
         samples_page.append((time.perf_counter() - start) * 1000)
     client = APIClient()
-    client.force_authenticate(staff)
+    client.force_authenticate(root)
     samples_http = []
     client.get(f"/api/v1/changes?limit={page}&since={cursor_encode(positions[0])}")
     for after in positions[1:]:
@@ -201,7 +201,7 @@ def main() -> None:
         ns = Namespace.objects.create(name=f"bench.lag{rid}")
         receiver = Receiver()
         subscription = subscription_create(
-            actor=staff, name=f"bench {rid}", url=receiver.url, namespaces=[ns.name], start="now"
+            actor=root, name=f"bench {rid}", url=receiver.url, namespaces=[ns.name], start="now"
         )
         log = Path(tempfile.mkdtemp(prefix="atlas-bench-worker-")) / "worker.log"
         env = {
@@ -225,7 +225,7 @@ def main() -> None:
                 for i in range(count_):
                     result = changeset_apply(
                         store=baseline,
-                        actor=staff,
+                        actor=root,
                         ops=[PutOp(EntityKey(ns.name, "item", f"k{i % 20}"), {"n": i, "m": mode})],
                         rpc=Rpc.PUT_ENTITY,
                     )

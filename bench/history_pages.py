@@ -208,7 +208,7 @@ def stage(total: int, repeat: int, database: str) -> dict:
     from changesets.selectors import entity_history
     from entities.models import Namespace
     from entities.store import EntityKey
-    from tests.entities.factories import StaffFactory
+    from tests.entities.factories import SuperuserFactory
 
     peers = hvp.PEERS if peers_available() else ()
     entities = max(total // PER_ENTITY, PER_CHANGESET)
@@ -239,7 +239,7 @@ def stage(total: int, repeat: int, database: str) -> dict:
         assert len(rows) == min(51, PER_ENTITY), len(rows)
 
     client = APIClient()
-    client.force_authenticate(StaffFactory(username="bench-reader"))
+    client.force_authenticate(SuperuserFactory(username="bench-root-reader"))
 
     def http(i: int) -> None:
         key = targets[i]

@@ -139,10 +139,10 @@ def main() -> None:
     from entities.models import Namespace
     from entities.services import role_grant
     from entities.store import EntityKey, baseline
-    from tests.entities.factories import StaffFactory, UserFactory
+    from tests.entities.factories import SuperuserFactory, UserFactory
 
     rid = uuid.uuid4().hex[:8]
-    staff = StaffFactory(username="bench")
+    root = SuperuserFactory(username="bench-root")
     writer = UserFactory(username="bench-http-writer")
     token = Token.objects.get_or_create(user=writer)[0].key
     ns = Namespace.objects.create(name=f"bench.http{rid}")
@@ -150,7 +150,7 @@ def main() -> None:
     slugs = [f"c{c}-k{k}" for c in range(max(levels)) for k in range(KEYS_PER_CLIENT)]
     changeset_apply(
         store=baseline,
-        actor=staff,
+        actor=root,
         ops=[PutOp(EntityKey(ns.name, "item", s), {"n": 0}) for s in slugs],
         rpc=Rpc.BATCH_MUTATE,
     )

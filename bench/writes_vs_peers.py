@@ -75,14 +75,14 @@ def main() -> None:
     from entities.models import Namespace
     from entities.services import role_grant
     from entities.store import EntityKey, baseline
-    from tests.entities.factories import StaffFactory, UserFactory
+    from tests.entities.factories import SuperuserFactory, UserFactory
 
     peers = peers_available()
     smoke = args.smoke
     rid = uuid.uuid4().hex[:8]
     counter = iter(range(10**9))
 
-    staff = StaffFactory(username="bench")
+    root = SuperuserFactory(username="bench-root")
     writer = UserFactory(username="bench-writer")
     token, _ = Token.objects.get_or_create(user=writer)
     client = APIClient()
@@ -134,7 +134,7 @@ def main() -> None:
                 PutOp(EntityKey(ns, "item", f"k{i:05d}"), content(0))
                 for i in range(start, min(n, start + 1000))
             ]
-            changeset_apply(store=baseline, actor=staff, ops=ops, rpc=Rpc.BATCH_MUTATE)
+            changeset_apply(store=baseline, actor=root, ops=ops, rpc=Rpc.BATCH_MUTATE)
 
     # --- 1. single-entity writes ---------------------------------------------------------
     keys = 5 if smoke else 50
@@ -171,7 +171,7 @@ def main() -> None:
         key = EntityKey(single_ns, "item", slug(i))
         changeset_apply(
             store=baseline,
-            actor=staff,
+            actor=root,
             ops=[PutOp(key, content(next(counter)))],
             rpc=Rpc.PUT_ENTITY,
         )
@@ -305,7 +305,7 @@ def main() -> None:
     def atlas_batch(ns: str, size: int) -> Callable[[int], int]:
         def run(n: int) -> int:
             ops = [PutOp(EntityKey(ns, "item", f"k{i:05d}"), content(n)) for i in range(size)]
-            result = changeset_apply(store=baseline, actor=staff, ops=ops, rpc=Rpc.BATCH_MUTATE)
+            result = changeset_apply(store=baseline, actor=root, ops=ops, rpc=Rpc.BATCH_MUTATE)
             return result.changeset.op_count
 
         return run
