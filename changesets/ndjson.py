@@ -20,7 +20,7 @@ from atlas.api.render import parse_rfc3339, rfc3339
 from changesets.exceptions import ImportConflict, NdjsonError
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
-from changesets.services import PlannedResult, changeset_apply_planned
+from changesets.services import PlannedResult, changeset_apply_planned, check_op_limit
 from entities import validation as v
 from entities.store import EntityKey, EntityStore, StoredEntity
 
@@ -218,7 +218,11 @@ def changeset_import(
     must not exist), judged under the write service's locks and in file
     order, so a file that repeats a key sees its own earlier ops. Any
     mismatch refuses the whole file (409, ``preimage_mismatch``).
+
+    A file of more than ``ATLAS_MAX_BATCH_OPS`` ops is refused (413) before
+    any row is locked: the plan makes one op per line.
     """
+    check_op_limit(len(document.ops))
     keys = list(dict.fromkeys(op.key for op in document.ops))
 
     def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
