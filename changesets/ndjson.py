@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +36,16 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def export_lines(changeset: Changeset, revisions: list[Revision]) -> Iterator[str]:
-    """The changeset as NDJSON lines (each ending in a newline)."""
+def export_lines(
+    changeset: Changeset, revisions: Iterable[Revision], *, sees_all: bool = True
+) -> Iterator[str]:
+    """The changeset as NDJSON lines (each ending in a newline).
+
+    ``revisions`` are the ops the reader may see; ``sees_all`` false (the
+    reader cannot read every namespace the changeset touched) blanks the
+    envelope's ``comment``, which the API hides from such readers (the key
+    stays: the file format requires it).
+    """
     yield (
         _dumps(
             {
@@ -47,7 +55,7 @@ def export_lines(changeset: Changeset, revisions: list[Revision]) -> Iterator[st
                 "at": rfc3339(changeset.at),
                 "rpc": changeset.rpc,
                 "branch": changeset.branch,
-                "comment": changeset.comment,
+                "comment": changeset.comment if sees_all else "",
             }
         )
         + "\n"
