@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from atlas.exceptions import BadRequest, Conflict
+from typing import Any
+
+from atlas.exceptions import BadRequest, Conflict, PayloadTooLarge
 
 
 class RevertConflict(Conflict):
@@ -15,3 +17,25 @@ class ImportConflict(Conflict):
 
 class NdjsonError(BadRequest):
     type, title = "invalid-ndjson", "Invalid changeset file"
+
+
+class TooManyOps(PayloadTooLarge):
+    """A changeset would hold more than ``ATLAS_MAX_BATCH_OPS`` ops (413).
+
+    Raised by the write service for every path (batch, delete-by-query,
+    revert, import, merge, restore, erase), dry runs included, before
+    anything is written. The problem adds ``op_count`` and ``limit``.
+    """
+
+    type, title = "too-many-ops", "Too many ops for one changeset"
+
+    def __init__(self, count: int, limit: int, *, pointer: str | None = None) -> None:
+        super().__init__(f"{count} ops; the limit is {limit}", pointer=pointer)
+        self.count = count
+        self.limit = limit
+
+    def as_problem(self) -> dict[str, Any]:
+        body = super().as_problem()
+        body["op_count"] = self.count
+        body["limit"] = self.limit
+        return body

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from atlas.api.render import parse_rfc3339, rfc3339
 from changesets.exceptions import ImportConflict, NdjsonError
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
-from changesets.services import PlannedResult, changeset_apply_planned
+from changesets.services import PlannedResult, changeset_apply_planned, check_op_limit
 from entities import validation as v
 from entities.store import EntityKey, EntityStore, StoredEntity
 
@@ -36,8 +36,16 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def export_lines(changeset: Changeset, revisions: list[Revision]) -> Iterator[str]:
-    """The changeset as NDJSON lines (each ending in a newline)."""
+def export_lines(
+    changeset: Changeset, revisions: Iterable[Revision], *, sees_all: bool = True
+) -> Iterator[str]:
+    """The changeset as NDJSON lines (each ending in a newline).
+
+    ``revisions`` are the ops the reader may see; ``sees_all`` false (the
+    reader cannot read every namespace the changeset touched) blanks the
+    envelope's ``comment``, which the API hides from such readers (the key
+    stays: the file format requires it).
+    """
     yield (
         _dumps(
             {
@@ -47,7 +55,7 @@ def export_lines(changeset: Changeset, revisions: list[Revision]) -> Iterator[st
                 "at": rfc3339(changeset.at),
                 "rpc": changeset.rpc,
                 "branch": changeset.branch,
-                "comment": changeset.comment,
+                "comment": changeset.comment if sees_all else "",
             }
         )
         + "\n"
@@ -218,7 +226,11 @@ def changeset_import(
     must not exist), judged under the write service's locks and in file
     order, so a file that repeats a key sees its own earlier ops. Any
     mismatch refuses the whole file (409, ``preimage_mismatch``).
+
+    A file of more than ``ATLAS_MAX_BATCH_OPS`` ops is refused (413) before
+    any row is locked: the plan makes one op per line.
     """
+    check_op_limit(len(document.ops))
     keys = list(dict.fromkeys(op.key for op in document.ops))
 
     def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:

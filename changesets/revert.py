@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from atlas.exceptions import NotFound, PermissionDenied
+from atlas.exceptions import NotFound
 from changesets.exceptions import RevertConflict
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
@@ -52,14 +52,18 @@ def changeset_revert(
        with every such entity listed. Nothing is written unless all apply.
     3. Ops unwind newest first: ``before`` present → put it back; ``before``
        null (the changeset created it) → delete.
+
+    A changeset with an op in a namespace the actor cannot read is
+    :class:`NotFound`, exactly like a missing one. The inverse is held to
+    ``ATLAS_MAX_BATCH_OPS`` ops like any write (``check_op_limit``).
     """
     changeset = Changeset.objects.filter(pk=changeset_id).first()
-    if changeset is None:
+    if changeset is None or any(not access.can_read(actor, ns) for ns in changeset.namespaces):
+        # Part of it is invisible to the caller: they cannot undo what they cannot
+        # see, and a 403 would confirm ops they may not know of (API.md "Limits and
+        # visibility"). Decided on the row's namespaces, before a revision is read.
         raise NotFound("No such changeset.")
     revisions = list(Revision.objects.filter(changeset=changeset).order_by("-id"))
-    if any(not access.can_read(actor, r.namespace) for r in revisions):
-        # Part of it is invisible to the caller: they cannot undo what they cannot see.
-        raise PermissionDenied("This changeset touches namespaces you cannot write.")
     keys = [_key(r) for r in revisions]
 
     def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, QuerySet
 
 from changesets.models import BASELINE, Changeset, Revision
 from entities.store import EntityKey
@@ -56,11 +57,23 @@ def visible_changesets(namespaces: Sequence[str] | None) -> QuerySet[Changeset]:
     return qs
 
 
-def _ops_prefetch(namespaces: Sequence[str] | None) -> Prefetch:
-    ops = Revision.objects.only(*OP_FIELDS).order_by("id")
-    if namespaces is not None:
-        ops = ops.filter(namespace__in=list(namespaces))
-    return Prefetch("revisions", queryset=ops, to_attr="visible_ops")
+def sees_every_namespace(changeset: Changeset, namespaces: Sequence[str] | None) -> bool:
+    """True when the caller may read every namespace ``changeset`` touched.
+
+    Only such a caller is shown its ``op_count``, ``message`` and ``comment``
+    (API.md "Limits and visibility"): they would tell how much it did where
+    the caller cannot look.
+    """
+    return namespaces is None or set(changeset.namespaces) <= set(namespaces)
+
+
+def _visible_revisions(
+    changeset_id: Any, namespaces: Sequence[str] | None, *, sees_all: bool
+) -> QuerySet[Revision]:
+    qs = Revision.objects.filter(changeset_id=changeset_id)
+    if not sees_all and namespaces is not None:
+        qs = qs.filter(namespace__in=list(namespaces))
+    return qs
 
 
 def changeset_list(
@@ -75,7 +88,10 @@ def changeset_list(
     before_seq: int | None = None,
     limit: int = 50,
 ) -> list[Changeset]:
-    """Newest first by ``seq``; ``branch=None`` means every branch, ``""`` baseline."""
+    """Newest first by ``seq``; ``branch=None`` means every branch, ``""`` baseline.
+
+    Changesets only: their ops come from :func:`first_ops` (a bounded number each).
+    """
     qs = visible_changesets(namespaces)
     if branch is not None:
         qs = qs.filter(branch=branch)
@@ -95,23 +111,111 @@ def changeset_list(
         qs = qs.filter(at__lte=until)
     if before_seq is not None:
         qs = qs.filter(seq__lt=before_seq)
-    return list(qs.order_by("-seq").prefetch_related(_ops_prefetch(namespaces))[:limit])
+    return list(qs.order_by("-seq")[:limit])
 
 
 def changeset_get(*, changeset_id: str, namespaces: Sequence[str] | None) -> Changeset | None:
-    """One changeset if the caller can read at least one of its ops; else None (404)."""
-    return (
-        visible_changesets(namespaces)
-        .filter(pk=changeset_id)
-        .prefetch_related(_ops_prefetch(namespaces))
-        .first()
+    """One changeset if the caller can read at least one of its ops; else None (404).
+
+    Without its ops: they are paged (:func:`changeset_ops`).
+    """
+    return visible_changesets(namespaces).filter(pk=changeset_id).first()
+
+
+def changeset_ops(
+    *,
+    changeset: Changeset,
+    namespaces: Sequence[str] | None,
+    after_id: int | None = None,
+    limit: int,
+) -> list[Revision]:
+    """One page of the ops the caller may read, in the changeset's op order
+    (revision id: the order they were written), after revision ``after_id``.
+
+    Only the columns an op shows are read; the JSON images stay on disk.
+    """
+    qs = _visible_revisions(
+        changeset.id, namespaces, sees_all=sees_every_namespace(changeset, namespaces)
     )
+    if after_id is not None:
+        qs = qs.filter(id__gt=after_id)
+    return list(qs.only(*OP_FIELDS).order_by("id")[:limit])
+
+
+def visible_op_counts(
+    *, changesets: Sequence[Changeset], namespaces: Sequence[str] | None
+) -> dict[Any, int]:
+    """Per changeset id, how many of its ops the caller may read (one query at most).
+
+    A changeset the caller reads whole counts ``op_count`` without a query;
+    the others count their readable revisions off the
+    ``revision_one_per_entity_changeset`` index, in one grouped statement.
+    """
+    counts: dict[Any, int] = {}
+    partial: list[Any] = []
+    for changeset in changesets:
+        if sees_every_namespace(changeset, namespaces):
+            counts[changeset.id] = changeset.op_count
+        else:
+            partial.append(changeset.id)
+            counts[changeset.id] = 0
+    if partial and namespaces is not None:
+        rows = (
+            Revision.objects.filter(changeset_id__in=partial, namespace__in=list(namespaces))
+            .values("changeset_id")
+            .annotate(n=Count("id"))
+            .values_list("changeset_id", "n")
+        )
+        counts.update(rows)
+    return counts
+
+
+def first_ops(
+    *, changesets: Sequence[Changeset], namespaces: Sequence[str] | None, limit: int
+) -> dict[Any, list[Revision]]:
+    """Per changeset id, the first ``limit`` ops the caller may read, in op order.
+
+    One statement for the whole page: a ``LATERAL`` subquery per changeset
+    with its own ``LIMIT``, so a page of changesets costs at most ``limit``
+    rows each to return, however many ops they hold.
+    """
+    out: dict[Any, list[Revision]] = {c.id: [] for c in changesets}
+    if not changesets:
+        return out
+    whole = [c.id for c in changesets if sees_every_namespace(c, namespaces)]
+    partial = [c.id for c in changesets if not sees_every_namespace(c, namespaces)]
+    table = Revision._meta.db_table
+    columns = ", ".join(f"r.{name}" for name in OP_FIELDS)
+    sql = (
+        f"SELECT {columns} FROM unnest(%s::uuid[], %s::boolean[]) AS c(id, whole)"
+        f" CROSS JOIN LATERAL (SELECT {columns} FROM {table} r"
+        " WHERE r.changeset_id = c.id AND (c.whole OR r.namespace = ANY(%s::text[]))"
+        " ORDER BY r.id LIMIT %s) r ORDER BY r.id"
+    )
+    params = [
+        whole + partial,
+        [True] * len(whole) + [False] * len(partial),
+        list(namespaces or []),
+        limit,
+    ]
+    for revision in Revision.objects.raw(sql, params):
+        out[revision.changeset_id].append(revision)
+    return out
 
 
 def changeset_revisions(
-    *, changeset: Changeset, namespaces: Sequence[str] | None
+    *,
+    changeset: Changeset,
+    namespaces: Sequence[str] | None,
+    after_id: int | None = None,
+    limit: int | None = None,
 ) -> list[Revision]:
-    qs = Revision.objects.filter(changeset=changeset)
-    if namespaces is not None:
-        qs = qs.filter(namespace__in=list(namespaces))
-    return list(qs.order_by("id"))
+    """The revision rows (images included) the caller may read, in op order;
+    a page of ``limit`` after revision ``after_id``, or all of them."""
+    qs = _visible_revisions(
+        changeset.id, namespaces, sees_all=sees_every_namespace(changeset, namespaces)
+    )
+    if after_id is not None:
+        qs = qs.filter(id__gt=after_id)
+    qs = qs.order_by("id")
+    return list(qs if limit is None else qs[:limit])

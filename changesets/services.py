@@ -26,6 +26,7 @@ from django.utils import timezone
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
 from changesets import chain, publisher
+from changesets.exceptions import TooManyOps
 from changesets.hooks import run_write_hooks
 from changesets.models import (
     BASELINE,
@@ -175,6 +176,23 @@ class ApplyResult:
 Planner = Callable[[Mapping[EntityKey, StoredEntity]], Sequence[WriteOp]]
 
 
+def check_op_limit(count: int) -> None:
+    """Refuse a changeset of more than ``ATLAS_MAX_BATCH_OPS`` ops (413, :class:`TooManyOps`).
+
+    The one rule behind API.md's "no changeset, from any path, has more than
+    ``ATLAS_MAX_BATCH_OPS`` ops". :func:`changeset_apply` calls it for every
+    write, dry runs included: on the given ops before any row is locked, on a
+    plan's ops as soon as the plan returns (before anything is written). It
+    counts ops, not net changes: a changeset's revisions are at most its ops,
+    so the bound holds for the changeset, and a request is refused the same
+    way whatever state it meets. A caller that knows its count before calling
+    (an import file) may call it first to refuse without locking anything.
+    """
+    limit = settings.ATLAS_MAX_BATCH_OPS
+    if count > limit:
+        raise TooManyOps(count, limit)
+
+
 def changeset_apply(
     *,
     store: EntityStore,
@@ -215,7 +233,12 @@ def changeset_apply(
     A create that loses a race to a concurrent create, or a deadlock, rolls
     the attempt back and retries it whole: the retry sees the winner's row
     and judges its preconditions against it.
+
+    More than ``ATLAS_MAX_BATCH_OPS`` ops (:func:`check_op_limit`) is refused
+    before anything is locked; a plan's ops are counted when it returns.
     """
+    if plan is None:
+        check_op_limit(len(ops))
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             with transaction.atomic(durable=True):
@@ -375,6 +398,7 @@ def _apply_once(
 
     if plan is not None:
         ops = list(plan(initial))
+        check_op_limit(len(ops))
         stray = {op.key for op in ops} - set(keys)
         if stray:
             raise AssertionError(f"plan touched keys it did not lock: {sorted(stray)}")

@@ -22,12 +22,12 @@ from rest_framework.views import APIView
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
 from atlas.api.parsers import read_limited
-from atlas.exceptions import UnsupportedMediaType, ValidationFailed
+from atlas.exceptions import NotFound, UnsupportedMediaType, ValidationFailed
 from changesets import ndjson
 from changesets.api.serializers import ChangesetSerializer, changeset_repr
 from changesets.api.views import get_visible_changeset
 from changesets.revert import changeset_revert
-from changesets.selectors import changeset_revisions
+from changesets.selectors import changeset_revisions, sees_every_namespace
 from entities import access
 from entities.api.serializers import (
     Errors,
@@ -62,10 +62,19 @@ ActionResponseSerializer = inline_serializer(
 
 
 def _action_body(
-    changeset: Any, revisions: list[Any], ops: list[dict[str, Any]], dry_run: bool
+    request: Request,
+    changeset: Any,
+    revisions: list[Any],
+    ops: list[dict[str, Any]],
+    dry_run: bool,
 ) -> dict[str, Any]:
+    """The response of a planned write; its changeset as the caller sees it
+    (the caller wrote every op, so in practice all of it)."""
+    namespaces = access.readable_namespaces(request.user)
     return {
-        "changeset": changeset_repr(changeset, revisions) if changeset else None,
+        "changeset": (
+            changeset_repr(changeset, revisions, namespaces=namespaces) if changeset else None
+        ),
         "ops": ops,
         "dry_run": dry_run,
     }
@@ -85,12 +94,16 @@ class RevertView(APIView):
         parameters=[BRANCH_PARAM, IDEMPOTENCY_PARAM],
         responses={
             200: ActionResponseSerializer,
-            **{code: PROBLEM for code in (400, 403, 404, 409, 415, 422)},
+            **{code: PROBLEM for code in (400, 403, 404, 409, 413, 415, 422)},
         },
     )
     @idempotent
     def post(self, request: Request, changeset_id: str) -> Response:
         changeset = get_visible_changeset(request, changeset_id)
+        if not sees_every_namespace(changeset, access.readable_namespaces(request.user)):
+            # Before the body is read: a hidden op must not make a 422 where a
+            # missing changeset is 404 (the service refuses it the same way).
+            raise NotFound("No such changeset.")
         store = store_for(request)
         data = require_object(request.data)
         errors = Errors()
@@ -106,7 +119,7 @@ class RevertView(APIView):
             comment=comment,
         )
         revisions = result.applied.revisions
-        return Response(_action_body(result.changeset, revisions, result.ops, dry_run))
+        return Response(_action_body(request, result.changeset, revisions, result.ops, dry_run))
 
 
 class ExportView(APIView):
@@ -120,11 +133,13 @@ class ExportView(APIView):
     )
     def get(self, request: Request, changeset_id: str) -> StreamingHttpResponse:
         changeset = get_visible_changeset(request, changeset_id)
-        revisions = changeset_revisions(
-            changeset=changeset, namespaces=access.readable_namespaces(request.user)
-        )
+        namespaces = access.readable_namespaces(request.user)
+        revisions = changeset_revisions(changeset=changeset, namespaces=namespaces)
         response = StreamingHttpResponse(
-            ndjson.export_lines(changeset, revisions), content_type=ndjson.MEDIA_TYPE
+            ndjson.export_lines(
+                changeset, revisions, sees_all=sees_every_namespace(changeset, namespaces)
+            ),
+            content_type=ndjson.MEDIA_TYPE,
         )
         response["Content-Disposition"] = f'attachment; filename="changeset-{changeset.id}.ndjson"'
         return response
@@ -187,4 +202,4 @@ class ImportView(APIView):
             store=store, actor=request.user, document=document, dry_run=dry_run
         )
         revisions = result.applied.revisions
-        return Response(_action_body(result.changeset, revisions, result.ops, dry_run))
+        return Response(_action_body(request, result.changeset, revisions, result.ops, dry_run))

@@ -7,13 +7,14 @@ OpenAPI schema.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rest_framework import serializers
 
 from atlas.api.render import rfc3339
 from changesets.models import Changeset, Revision
+from changesets.selectors import sees_every_namespace
 
 
 def op_repr(revision: Revision) -> dict[str, Any]:
@@ -27,20 +28,48 @@ def op_repr(revision: Revision) -> dict[str, Any]:
     }
 
 
-def changeset_repr(changeset: Changeset, ops: Iterable[Revision]) -> dict[str, Any]:
-    """``ops`` must already be limited to namespaces the caller can read."""
-    return {
+def changeset_repr(
+    changeset: Changeset,
+    ops: Iterable[Revision],
+    *,
+    namespaces: Sequence[str] | None = None,
+    op_count_visible: int | None = None,
+    **paging: Any,
+) -> dict[str, Any]:
+    """A changeset as ``namespaces`` (what the caller may read; None = all) sees it.
+
+    ``ops`` are filtered to those namespaces here too, so a write response may
+    pass every revision. ``op_count_visible`` defaults to the number of ops
+    given after that filter: pass it when ``ops`` is one page of them.
+    ``op_count``, ``message`` and ``comment`` are absent, not null, for a
+    caller who cannot read every namespace the changeset touched (API.md
+    "Limits and visibility"). ``paging`` adds ``ops_truncated`` (lists) or
+    ``ops_next_page_token`` (one changeset) at the end.
+    """
+    sees_all = sees_every_namespace(changeset, namespaces)
+    if namespaces is not None and not sees_all:
+        readable = set(namespaces)
+        ops = [r for r in ops if r.namespace in readable]
+    rendered = [op_repr(r) for r in ops]
+    body: dict[str, Any] = {
         "id": str(changeset.id),
         "seq": changeset.seq,
         "author": changeset.author_name,
         "at": rfc3339(changeset.at),
-        "message": changeset.message,
-        "comment": changeset.comment,
-        "branch": changeset.branch,
-        "rpc": changeset.rpc,
-        "op_count": changeset.op_count,
-        "ops": [op_repr(r) for r in ops],
     }
+    if sees_all:
+        body["message"] = changeset.message
+        body["comment"] = changeset.comment
+    body["branch"] = changeset.branch
+    body["rpc"] = changeset.rpc
+    if sees_all:
+        body["op_count"] = changeset.op_count
+    if op_count_visible is None:
+        op_count_visible = changeset.op_count if sees_all else len(rendered)
+    body["op_count_visible"] = op_count_visible
+    body["ops"] = rendered
+    body.update(paging)
+    return body
 
 
 def revision_repr(revision: Revision, changeset: Changeset | None = None) -> dict[str, Any]:
@@ -80,12 +109,38 @@ class ChangesetSerializer(serializers.Serializer):
     seq = serializers.IntegerField()
     author = serializers.CharField()
     at = serializers.DateTimeField()
-    message = serializers.CharField()
-    comment = serializers.CharField(allow_blank=True)
+    message = serializers.CharField(
+        required=False, help_text="Absent unless you can read every namespace it touched"
+    )
+    comment = serializers.CharField(
+        allow_blank=True,
+        required=False,
+        help_text="Absent unless you can read every namespace it touched",
+    )
     branch = serializers.CharField(allow_blank=True, help_text='"" is baseline')
     rpc = serializers.CharField()
-    op_count = serializers.IntegerField(help_text="All ops, including unreadable ones")
+    op_count = serializers.IntegerField(
+        required=False,
+        help_text="All ops; absent unless you can read every namespace it touched",
+    )
+    op_count_visible = serializers.IntegerField(help_text="Ops in namespaces you can read")
     ops = ChangesetOpSerializer(many=True, help_text="Only ops in namespaces you can read")
+
+
+class ChangesetListItemSerializer(ChangesetSerializer):
+    ops = ChangesetOpSerializer(
+        many=True, help_text="The first 100 ops in namespaces you can read, in op order"
+    )
+    ops_truncated = serializers.BooleanField(help_text="True when ops were cut at 100")
+
+
+class ChangesetDetailSerializer(ChangesetSerializer):
+    ops = ChangesetOpSerializer(
+        many=True, help_text="One page (page_size, default 100) of the ops you can read"
+    )
+    ops_next_page_token = serializers.CharField(
+        allow_null=True, help_text="page_token for the next page of ops; null when complete"
+    )
 
 
 class RevisionSerializer(serializers.Serializer):
@@ -106,14 +161,10 @@ class RevisionSerializer(serializers.Serializer):
 
 
 class ChangesetPageSerializer(serializers.Serializer):
-    results = ChangesetSerializer(many=True)
+    results = ChangesetListItemSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)
 
 
 class RevisionPageSerializer(serializers.Serializer):
     results = RevisionSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)
-
-
-class RevisionListSerializer(serializers.Serializer):
-    results = RevisionSerializer(many=True)

@@ -17,21 +17,36 @@ from atlas.api import paging
 from atlas.api.render import parse_rfc3339, rfc3339
 from atlas.exceptions import BadRequest, NotFound, ValidationFailed
 from changesets.api.serializers import (
+    ChangesetDetailSerializer,
     ChangesetPageSerializer,
-    ChangesetSerializer,
-    RevisionListSerializer,
+    RevisionPageSerializer,
     changeset_repr,
     revision_repr,
 )
 from changesets.chain import GENESIS
 from changesets.models import Changeset, LogHead, Rpc
-from changesets.selectors import changeset_get, changeset_list, changeset_revisions
+from changesets.selectors import (
+    changeset_get,
+    changeset_list,
+    changeset_ops,
+    changeset_revisions,
+    first_ops,
+    visible_op_counts,
+)
 from entities import access
 from entities import validation as v
 from entities.api.views import NAMESPACE_SCHEMA
 
 PROBLEM = OpenApiTypes.OBJECT
 _FILTERS = ("branch", "namespace", "author", "rpc", "since", "until")
+# API.md "Decisions for the added sections": a list page embeds at most this
+# many ops per changeset; one changeset pages its ops, this many by default.
+LIST_OPS = 100
+DEFAULT_OPS_PAGE_SIZE = 100
+_PAGE_PARAMS = [
+    OpenApiParameter("page_size", OpenApiTypes.INT),
+    OpenApiParameter("page_token", OpenApiTypes.STR),
+]
 
 
 def _timestamp(request: Request, name: str, errors: list[dict[str, str]]) -> datetime | None:
@@ -61,6 +76,21 @@ def get_visible_changeset(request: Request, changeset_id: str) -> Changeset:
     return changeset
 
 
+def _after_revision(request: Request, scope: str, changeset: Changeset) -> int | None:
+    """The revision id a ``page_token`` of this changeset's ``scope`` listing resumes after."""
+    position = paging.page_position(scope, request)
+    if position is None:
+        return None
+    after = position.get("i")
+    if position.get("c") != str(changeset.id) or type(after) is not int:
+        raise BadRequest("The page token belongs to another listing.", pointer="/page_token")
+    return after
+
+
+def _next_token(request: Request, scope: str, changeset: Changeset, last_id: int) -> str:
+    return paging.encode_token(scope, request, {"c": str(changeset.id), "i": last_id})
+
+
 class ChangesetListView(APIView):
     @extend_schema(
         operation_id="changesets_list",
@@ -76,8 +106,7 @@ class ChangesetListView(APIView):
             OpenApiParameter("rpc", OpenApiTypes.STR, enum=[r.value for r in Rpc]),
             OpenApiParameter("since", OpenApiTypes.DATETIME, description="at >= since"),
             OpenApiParameter("until", OpenApiTypes.DATETIME, description="at <= until"),
-            OpenApiParameter("page_size", OpenApiTypes.INT),
-            OpenApiParameter("page_token", OpenApiTypes.STR),
+            *_PAGE_PARAMS,
         ],
         responses={200: ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
@@ -127,9 +156,20 @@ class ChangesetListView(APIView):
             next_token = paging.encode_token(
                 "changesets", request, {"s": rows[-1].seq, "f": digest}
             )
+        counts = visible_op_counts(changesets=rows, namespaces=namespaces)
+        ops = first_ops(changesets=rows, namespaces=namespaces, limit=LIST_OPS)
         return Response(
             {
-                "results": [changeset_repr(c, c.visible_ops) for c in rows],
+                "results": [
+                    changeset_repr(
+                        c,
+                        ops[c.id],
+                        namespaces=namespaces,
+                        op_count_visible=counts[c.id],
+                        ops_truncated=counts[c.id] > len(ops[c.id]),
+                    )
+                    for c in rows
+                ],
                 "next_page_token": next_token,
             }
         )
@@ -138,26 +178,75 @@ class ChangesetListView(APIView):
 class ChangesetDetailView(APIView):
     @extend_schema(
         operation_id="changesets_get",
-        summary="One changeset (ops limited to namespaces you can read)",
-        responses={200: ChangesetSerializer, 404: PROBLEM},
+        summary="One changeset, with one page of the ops you can read",
+        parameters=[
+            OpenApiParameter(
+                "page_size",
+                OpenApiTypes.INT,
+                description=f"Ops per page (default {DEFAULT_OPS_PAGE_SIZE},"
+                f" max {paging.MAX_PAGE_SIZE}).",
+            ),
+            OpenApiParameter(
+                "page_token", OpenApiTypes.STR, description="ops_next_page_token of a page"
+            ),
+        ],
+        responses={200: ChangesetDetailSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     def get(self, request: Request, changeset_id: str) -> Response:
+        paging.check_known_params(request, {"page_size", "page_token"})
+        limit = paging.int_param(
+            request, "page_size", default=DEFAULT_OPS_PAGE_SIZE, maximum=paging.MAX_PAGE_SIZE
+        )
         changeset = get_visible_changeset(request, changeset_id)
-        return Response(changeset_repr(changeset, changeset.visible_ops))
+        after = _after_revision(request, "changeset-ops", changeset)
+        namespaces = access.readable_namespaces(request.user)
+        ops = changeset_ops(
+            changeset=changeset, namespaces=namespaces, after_id=after, limit=limit + 1
+        )
+        next_token = None
+        if len(ops) > limit:
+            ops = ops[:limit]
+            next_token = _next_token(request, "changeset-ops", changeset, ops[-1].id)
+        count = visible_op_counts(changesets=[changeset], namespaces=namespaces)[changeset.id]
+        return Response(
+            changeset_repr(
+                changeset,
+                ops,
+                namespaces=namespaces,
+                op_count_visible=count,
+                ops_next_page_token=next_token,
+            )
+        )
 
 
 class ChangesetRevisionsView(APIView):
     @extend_schema(
         operation_id="changesets_revisions",
-        summary="A changeset's revision rows (before and after images)",
-        responses={200: RevisionListSerializer, 404: PROBLEM},
+        summary="A changeset's revision rows (before and after images), in op order, paged",
+        parameters=_PAGE_PARAMS,
+        responses={200: RevisionPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     def get(self, request: Request, changeset_id: str) -> Response:
+        paging.check_known_params(request, {"page_size", "page_token"})
+        limit = paging.page_size(request)
         changeset = get_visible_changeset(request, changeset_id)
+        after = _after_revision(request, "changeset-revisions", changeset)
         rows = changeset_revisions(
-            changeset=changeset, namespaces=access.readable_namespaces(request.user)
+            changeset=changeset,
+            namespaces=access.readable_namespaces(request.user),
+            after_id=after,
+            limit=limit + 1,
         )
-        return Response({"results": [revision_repr(r, changeset) for r in rows]})
+        next_token = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            next_token = _next_token(request, "changeset-revisions", changeset, rows[-1].id)
+        return Response(
+            {
+                "results": [revision_repr(r, changeset) for r in rows],
+                "next_page_token": next_token,
+            }
+        )
 
 
 class LogHeadView(APIView):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from atlas.exceptions import NotFound, PermissionDenied
+from atlas.exceptions import NotFound
 from changesets.exceptions import RevertConflict
 from changesets.models import Changeset, JournalEntry, Op, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
@@ -253,14 +253,19 @@ def test_revert_unknown_changeset_raises_not_found(staff, namespace):
         changeset_revert(store=baseline, actor=staff, changeset_id=str(uuid.uuid4()))
 
 
-def test_service_refuses_a_changeset_touching_an_unreadable_namespace(
+def test_service_refuses_a_changeset_touching_an_unreadable_namespace_as_not_found(
     staff, make_user, namespace, ns2, write
 ):
+    """Not found, like a missing changeset: a 403 would confirm the hidden ops."""
     both = batch(staff, ("put", A, {"a": 1}), ("put", f"{NS2}/invoice/i", {"i": 1}))
     user = make_user("olga", writer=[NS])
     snapshot = log_snapshot()
-    with pytest.raises(PermissionDenied):
+    with pytest.raises(NotFound) as refused:
         changeset_revert(store=baseline, actor=user, changeset_id=str(both.id))
+    missing = str(uuid.uuid4())
+    with pytest.raises(NotFound) as absent:
+        changeset_revert(store=baseline, actor=user, changeset_id=missing)
+    assert refused.value.detail == absent.value.detail
     assert_nothing_written(snapshot)
 
 
@@ -570,14 +575,20 @@ def test_protected_baseline_needs_maintainer(
     assert_json_identical(content(path), {"v": 1})
 
 
-def test_changeset_touching_an_unreadable_namespace_is_403_nothing_written(
+def test_changeset_touching_an_unreadable_namespace_is_404_nothing_written(
     api, staff, namespace, ns2, write
 ):
+    """API.md "Limits and visibility": 404 as if it were not there, dry run too;
+    the body is the one a missing changeset gets."""
     both = batch(staff, ("put", A, {"a": 1}), ("put", f"{NS2}/invoice/i", {"i": 1}))
     snapshot = log_snapshot()
-    assert_problem(api.post(revert_url(both), {}, format="json"), 403)
+    hidden = assert_problem(api.post(revert_url(both), {}, format="json"), 404)
     assert_nothing_written(snapshot)
-    assert_problem(api.post(revert_url(both), {"dry_run": True}, format="json"), 403)
+    assert_problem(api.post(revert_url(both), {"dry_run": True}, format="json"), 404)
+    missing = assert_problem(api.post(revert_url(str(uuid.uuid4())), {}, format="json"), 404)
+    assert {k: v for k, v in hidden.items() if k != "instance"} == {
+        k: v for k, v in missing.items() if k != "instance"
+    }
 
 
 def test_writer_on_one_reader_on_other_namespace_is_403(
