@@ -42,8 +42,8 @@ def is_superuser(user: User) -> bool:
     return bool(getattr(user, "is_authenticated", False) and user.is_superuser)
 
 
-def is_member(branch: Branch, user: User) -> bool:
-    return BranchMember.objects.filter(branch_id=branch.pk, user_id=user.pk).exists()
+def is_member(branch_id: int, user: User) -> bool:
+    return BranchMember.objects.filter(branch_id=branch_id, user_id=user.pk).exists()
 
 
 def can_see(branch: Branch, user: User) -> bool:
@@ -57,7 +57,7 @@ def can_see(branch: Branch, user: User) -> bool:
     readable = access.readable_namespaces(user)
     if readable is None or set(readable).intersection(branch.namespaces):
         return True
-    return is_member(branch, user)
+    return is_member(branch.pk, user)
 
 
 def maintains_all(user: User, namespaces: Iterable[str]) -> bool:
@@ -67,21 +67,22 @@ def maintains_all(user: User, namespaces: Iterable[str]) -> bool:
 
 
 def may_write(
-    user: User, *, created_by_id: int | None, member: bool, namespaces: Iterable[str]
+    user: User, *, branch_id: int, created_by_id: int | None, namespaces: Iterable[str]
 ) -> bool:
     """Who writes a branch: its creator, its members, superusers, and maintainers of
     every namespace in ``namespaces`` (those it touched, plus those being written).
 
     An addition to the namespace roles, never a substitute: each namespace
     written still needs the writer role there (the write service checks it).
+    Membership is asked last, in a query of its own (the others cost none).
     """
     if not getattr(user, "is_authenticated", False):
         return False
-    if is_superuser(user) or member:
+    if is_superuser(user):
         return True
     if created_by_id is not None and created_by_id == user.pk:
         return True
-    return maintains_all(user, namespaces)
+    return maintains_all(user, namespaces) or is_member(branch_id, user)
 
 
 def may_manage_members(user: User, *, created_by_id: int | None, namespaces: Iterable[str]) -> bool:

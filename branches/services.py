@@ -30,6 +30,7 @@ from branches.models import MSG_NAME, Branch, BranchMember, BranchStatus
 from branches.selectors import (
     OverlayChange,
     can_see,
+    is_member,
     is_superuser,
     is_valid_name,
     may_manage_members,
@@ -144,7 +145,7 @@ def branch_abandon(*, branch: Branch, actor: AbstractBaseUser) -> Branch:
     """
     _require_visible(branch, actor)
     with transaction.atomic(durable=True):
-        locked = lock_branch_row(branch.pk, member_id=actor.pk)
+        locked = lock_branch_row(branch.pk)
         require_open(locked.name, locked.status)
         require_writer(actor, locked)
         close_branch(branch.pk, status=BranchStatus.ABANDONED, now=timezone.now())
@@ -155,13 +156,13 @@ def branch_abandon(*, branch: Branch, actor: AbstractBaseUser) -> Branch:
 def _lock_for_members(branch: Branch, actor: AbstractBaseUser, user: AbstractBaseUser) -> bool:
     """Lock the branch row, check it is open and ``actor`` manages its members;
     return whether ``user`` is a member."""
-    locked = lock_branch_row(branch.pk, member_id=user.pk)
+    locked = lock_branch_row(branch.pk)
     require_open(locked.name, locked.status)
     if not may_manage_members(
         actor, created_by_id=locked.created_by_id, namespaces=locked.namespaces
     ):
         raise PermissionDenied(MSG_MANAGE_DENIED.format(name=locked.name))
-    return locked.member
+    return is_member(branch.pk, user)  # after the lock: a statement of its own
 
 
 def branch_member_add(*, branch: Branch, user: AbstractBaseUser, actor: AbstractBaseUser) -> bool:
@@ -245,7 +246,7 @@ def _require_within_limit(name: str, n: int) -> None:
 def _close_empty_merge(branch: Branch, actor: AbstractBaseUser) -> None:
     """Mark merged a branch with nothing to land (no changeset: invariant 3)."""
     with transaction.atomic(durable=True):
-        locked = lock_branch_row(branch.pk, member_id=actor.pk)
+        locked = lock_branch_row(branch.pk)
         require_open(locked.name, locked.status)
         if overlay_changes(branch=branch):
             raise PlanMoved()

@@ -53,33 +53,36 @@ def _columns(keys: Sequence[EntityKey]) -> list[list[str]]:
 class LockedBranch(NamedTuple):
     """The branch row as locked by :func:`lock_branch_row`."""
 
+    id: int
     name: str
     status: str
     namespaces: list[str]
     created_by_id: int | None
-    member: bool  # the ``member_id`` user is a member (False when none was asked about)
 
 
-def lock_branch_row(branch_id: int, *, member_id: Any = None) -> LockedBranch:
-    """``SELECT … FOR UPDATE`` the branch row, and whether ``member_id`` is a member.
+def lock_branch_row(branch_id: int) -> LockedBranch:
+    """``SELECT … FOR UPDATE`` the branch row.
 
     Every branch write, the merge, the abandon and membership changes take
     this lock first, so they queue behind each other: a write can never land
     on a branch that a concurrent merge or abandon has just closed, nor by a
     member whose removal committed first.
+
+    Anything else judged under this lock (membership) must be read by a
+    *later* statement: under READ COMMITTED a statement that waited for the
+    lock sees the locked row's newest version, but every other table as of
+    its own start, i.e. before the transaction it waited for committed.
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT b.name, b.status, b.namespaces, b.created_by_id, EXISTS ("
-            "  SELECT 1 FROM branches_branchmember m WHERE m.branch_id = b.id"
-            "  AND m.user_id = %s)"
-            " FROM branches_branch b WHERE b.id = %s FOR UPDATE OF b",
-            [member_id, branch_id],
+            "SELECT id, name, status, namespaces, created_by_id FROM branches_branch"
+            " WHERE id = %s FOR UPDATE",
+            [branch_id],
         )
         row = cursor.fetchone()
     if row is None:  # pragma: no cover - branch rows are never deleted
         raise BranchClosed("The branch no longer exists.")
-    return LockedBranch(row[0], row[1], list(row[2]), row[3], bool(row[4]))
+    return LockedBranch(row[0], row[1], row[2], list(row[3]), row[4])
 
 
 MSG_WRITE_DENIED = (
@@ -92,11 +95,12 @@ def require_writer(user: Any, locked: LockedBranch, namespaces: Iterable[str] = 
     """403 unless ``user`` may write the locked branch (:func:`branches.selectors.may_write`).
 
     ``namespaces``: those about to be written, which the branch touches from then on.
+    Call it after :func:`lock_branch_row`: membership is read by a statement of its own.
     """
     if not may_write(
         user,
+        branch_id=locked.id,
         created_by_id=locked.created_by_id,
-        member=locked.member,
         namespaces={*locked.namespaces, *namespaces},
     ):
         raise PermissionDenied(MSG_WRITE_DENIED.format(name=locked.name))
@@ -221,8 +225,7 @@ class BranchStore:
         existing = namespaces_of(k.namespace for k in keys) if keys else {}
         if not guard_allows(guard, existing):
             return Locked({}, existing)
-        writer_id = getattr(self.writer, "pk", None)
-        row = lock_branch_row(self.branch_id, member_id=writer_id)
+        row = lock_branch_row(self.branch_id)
         require_open(row.name, row.status)
         if self.writer is not None:
             require_writer(self.writer, row, {k.namespace for k in keys})
