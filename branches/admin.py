@@ -2,8 +2,8 @@
 
 Branches change only through ``branches.services`` (create, merge, abandon)
 and overlay rows only through the write service, so the admin never edits
-either (DESIGN invariant 1). A branch is listed for its creator and for
-readers of any namespace it wrote (as in the API), with the admin's roles
+either (DESIGN invariant 1). A branch is listed for its creator, its members
+and readers of any namespace it wrote (as in the API), with the admin's roles
 (``docs/admin.md``); its diff summary counts and lists only what the user
 can read.
 """
@@ -25,8 +25,8 @@ from atlas.admin_mixins import (
     ReadOnlyAdmin,
     admin_roles,
 )
-from branches.models import Branch, BranchEntity
-from branches.selectors import branch_diff
+from branches.models import Branch, BranchEntity, BranchMember
+from branches.selectors import branch_diff, member_names
 
 
 def _history_link(change: Any, branch: str) -> str:
@@ -65,6 +65,7 @@ class BranchAdmin(ReadOnlyAdmin):
         "merged_changeset",
         "closed_at",
         "namespace_list",
+        "member_list",
         "diff_summary",
     )
     readonly_fields = fields
@@ -74,7 +75,12 @@ class BranchAdmin(ReadOnlyAdmin):
         readable = admin_roles(request).readable()
         if readable is None:
             return qs
-        return qs.filter(Q(created_by_id=request.user.pk) | Q(namespaces__overlap=readable))
+        memberships = BranchMember.objects.filter(user_id=request.user.pk).values("branch_id")
+        return qs.filter(
+            Q(created_by_id=request.user.pk)
+            | Q(namespaces__overlap=readable)
+            | Q(pk__in=memberships)
+        )
 
     def get_list_display(self, request: HttpRequest) -> Any:
         readable = admin_roles(request).readable()
@@ -90,6 +96,10 @@ class BranchAdmin(ReadOnlyAdmin):
         # In the list, replaced per request by the readable names only.
         readable = getattr(obj, "_readable", None)
         return ", ".join(ns for ns in obj.namespaces if readable is None or ns in readable)
+
+    @admin.display(description="members")
+    def member_list(self, obj: Branch) -> str:
+        return ", ".join(member_names([obj])[obj.pk])
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
         obj = super().get_object(request, object_id, from_field)

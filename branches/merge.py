@@ -72,7 +72,7 @@ class MergeStore:
         existing = namespaces_of(k.namespace for k in wanted) if wanted else {}
         if not guard_allows(guard, existing):
             return Locked({}, existing)
-        name, status, _ = lock_branch_row(self.merging.pk)
+        _, name, status, *_ = lock_branch_row(self.merging.pk)
         require_open(name, status)
         changes, locked = overlay_changes_locked(branch=self.merging)
         conflicts = [c for c in changes if c.conflict]

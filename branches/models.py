@@ -136,3 +136,24 @@ class BranchEntity(models.Model):
     def __str__(self) -> str:
         state = "tombstone" if self.deleted else f"v{self.version}"
         return f"{self.branch_id}:{self.namespace_id}/{self.kind}/{self.slug} {state}"
+
+
+class BranchMember(models.Model):
+    """A user the branch's creator (or a maintainer of every namespace it touched)
+    lets write the branch. Membership lets a user see and write the branch; each
+    namespace written still needs the writer role there.
+    """
+
+    branch = models.ForeignKey(Branch, on_delete=models.CASCADE, related_name="members")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    added_by_name = models.CharField(max_length=150)
+    added_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["branch", "user"]
+        constraints = [
+            models.UniqueConstraint(fields=["branch", "user"], name="branch_member_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.branch_id}:{self.user_id}"

@@ -1,15 +1,21 @@
-"""Reads of branches: visibility, lists, and the diff against baseline.
+"""Reads of branches: visibility, who may write them, lists, and the diff against baseline.
 
-A branch is visible to its creator, to staff, and to anyone who can read at
-least one namespace it has written (API.md, "Decisions that close open
-points"). Invisible branches are reported as not found, exactly like missing
-ones.
+A branch is visible to its creator, its members, superusers, and anyone who
+can read at least one namespace it has written (API.md, "Decisions that close
+open points"). Invisible branches are reported as not found, exactly like
+missing ones.
+
+A branch is *written* (entity writes under its header, abandon) by its
+creator, its members, superusers, and maintainers of every namespace it has
+touched (API.md, "Limits and visibility (added)"): :func:`may_write`. The
+rule is applied by :meth:`branches.store.BranchStore.lock` under the branch
+row lock, so every write path obeys it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -18,8 +24,9 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from branches.models import NAME_PATTERN, Branch
+from branches.models import NAME_PATTERN, Branch, BranchMember
 from entities import access
+from entities.access import Role
 from entities.store import EntityKey, StoredEntity, load_json
 
 User = AbstractBaseUser | AnonymousUser
@@ -31,16 +38,74 @@ def is_valid_name(value: object) -> bool:
     return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
 
 
+def is_superuser(user: User) -> bool:
+    return bool(getattr(user, "is_authenticated", False) and user.is_superuser)
+
+
+def is_member(branch_id: int, user: User) -> bool:
+    return BranchMember.objects.filter(branch_id=branch_id, user_id=user.pk).exists()
+
+
 def can_see(branch: Branch, user: User) -> bool:
-    """Creator, a superuser, or a reader of any namespace the branch touched."""
+    """Creator, member, superuser, or a reader of any namespace the branch touched."""
     if not getattr(user, "is_authenticated", False):
         return False
+    if is_superuser(user):
+        return True
     if branch.created_by_id is not None and branch.created_by_id == user.pk:
         return True
     readable = access.readable_namespaces(user)
-    if readable is None:
+    if readable is None or set(readable).intersection(branch.namespaces):
         return True
-    return bool(set(readable).intersection(branch.namespaces))
+    return is_member(branch.pk, user)
+
+
+def maintains_all(user: User, namespaces: Iterable[str]) -> bool:
+    """``user`` is maintainer of every one of ``namespaces``, and there is at least one."""
+    names = set(namespaces)
+    return bool(names) and all(access.role_in(user, n) >= Role.MAINTAINER for n in names)
+
+
+def may_write(
+    user: User, *, branch_id: int, created_by_id: int | None, namespaces: Iterable[str]
+) -> bool:
+    """Who writes a branch: its creator, its members, superusers, and maintainers of
+    every namespace in ``namespaces`` (those it touched, plus those being written).
+
+    An addition to the namespace roles, never a substitute: each namespace
+    written still needs the writer role there (the write service checks it).
+    Membership is asked last, in a query of its own (the others cost none).
+    """
+    if not getattr(user, "is_authenticated", False):
+        return False
+    if is_superuser(user):
+        return True
+    if created_by_id is not None and created_by_id == user.pk:
+        return True
+    return maintains_all(user, namespaces) or is_member(branch_id, user)
+
+
+def may_manage_members(user: User, *, created_by_id: int | None, namespaces: Iterable[str]) -> bool:
+    """The creator, superusers, and maintainers of every namespace the branch touched."""
+    if is_superuser(user):
+        return True
+    if created_by_id is not None and created_by_id == user.pk:
+        return True
+    return maintains_all(user, namespaces)
+
+
+def member_names(branches: Iterable[Branch]) -> dict[int, list[str]]:
+    """Usernames of each branch's members, sorted; one query for a page of branches."""
+    ids = [b.pk for b in branches]
+    names: dict[int, list[str]] = {i: [] for i in ids}
+    rows = (
+        BranchMember.objects.filter(branch_id__in=ids)
+        .order_by("branch_id", "user__username")
+        .values_list("branch_id", "user__username")
+    )
+    for branch_id, username in rows:
+        names[branch_id].append(username)
+    return names
 
 
 def branch_get(*, name: str, user: User) -> Branch | None:
@@ -56,10 +121,16 @@ def branch_get(*, name: str, user: User) -> Branch | None:
 def visible_branches(*, user: User) -> QuerySet[Branch]:
     """Every branch ``user`` can see, by name."""
     qs = Branch.objects.order_by("name")
+    if is_superuser(user):
+        return qs
     readable = access.readable_namespaces(user)
     if readable is None:
         return qs
-    return qs.filter(Q(created_by_id=user.pk) | Q(namespaces__overlap=readable))
+    # Membership as a subquery, not a join: a join would repeat a branch per member.
+    memberships = BranchMember.objects.filter(user_id=user.pk).values("branch_id")
+    return qs.filter(
+        Q(created_by_id=user.pk) | Q(namespaces__overlap=readable) | Q(pk__in=memberships)
+    )
 
 
 def branch_list(
@@ -128,33 +199,70 @@ _SAME = (
 )
 
 
+def _overlay_where(
+    branch: Branch, namespaces: Sequence[str] | None, after: EntityKey | None = None
+) -> tuple[str, list[Any]]:
+    """The WHERE of the overlay-vs-baseline queries (overlay ``o``, baseline ``e``)."""
+    where = f"o.branch_id = %s AND NOT ({_SAME.format(b='e')})"
+    params: list[Any] = [branch.pk]
+    if namespaces is not None:
+        where += " AND o.namespace_id = ANY(%s::text[])"
+        params.append(list(namespaces))
+    if after is not None:
+        where += " AND (o.namespace_id, o.kind, o.slug) > (%s, %s, %s)"
+        params += [after.namespace, after.kind, after.slug]
+    return where, params
+
+
+_OVERLAY_JOIN = (
+    " FROM branches_branchentity o"
+    " LEFT JOIN entities_entity e ON e.namespace_id = o.namespace_id"
+    "  AND e.kind = o.kind AND e.slug = o.slug"
+)
+
+
 def overlay_changes(
-    *, branch: Branch, namespaces: Sequence[str] | None = None, with_content: bool = False
+    *,
+    branch: Branch,
+    namespaces: Sequence[str] | None = None,
+    with_content: bool = False,
+    after: EntityKey | None = None,
+    limit: int | None = None,
 ) -> list[OverlayChange]:
     """The branch's keys whose state differs from baseline's, in key order; one query.
 
     Keys the branch wrote but that now equal baseline (changed back, or baseline
     reached the same content independently) are left out: the result is
     exactly what a merge would land, plus the conflicts that would stop it.
-    Cost grows with the branch's overlay, not with the store.
+    Cost grows with the branch's overlay, not with the store. ``after`` and
+    ``limit`` cut one keyset page (the overlay's unique index is in key order).
     """
-    params: list[Any] = [branch.pk]
-    ns_clause = ""
-    if namespaces is not None:
-        ns_clause = " AND o.namespace_id = ANY(%s::text[])"
-        params.append(list(namespaces))
+    where, params = _overlay_where(branch, namespaces, after)
     sql = (
         "SELECT o.namespace_id, o.kind, o.slug, o.deleted, o.base_version, e.version,"
         f" o.changeset_id{', o.content' if with_content else ''}"
-        " FROM branches_branchentity o"
-        " LEFT JOIN entities_entity e ON e.namespace_id = o.namespace_id"
-        "  AND e.kind = o.kind AND e.slug = o.slug"
-        f" WHERE o.branch_id = %s{ns_clause} AND NOT ({_SAME.format(b='e')})"
-        " ORDER BY o.namespace_id, o.kind, o.slug"
+        f"{_OVERLAY_JOIN} WHERE {where} ORDER BY o.namespace_id, o.kind, o.slug"
     )
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(limit)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [_change(row, with_content=with_content) for row in cursor.fetchall()]
+
+
+def overlay_change_counts(*, branch: Branch) -> dict[str, int]:
+    """How many keys a merge of ``branch`` would land (or find in conflict), per namespace.
+
+    The same rows as :func:`overlay_changes`, counted without reading any
+    content: a merge checks its permissions and op limit on these numbers
+    before it loads the plan.
+    """
+    where, params = _overlay_where(branch, None)
+    sql = f"SELECT o.namespace_id, count(*){_OVERLAY_JOIN} WHERE {where} GROUP BY o.namespace_id"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {ns: n for ns, n in cursor.fetchall()}
 
 
 def overlay_changes_locked(
@@ -209,12 +317,20 @@ class Diff:
     changes: list[OverlayChange]
 
 
-def branch_diff(*, branch: Branch, namespaces: Sequence[str] | None) -> Diff:
+def branch_diff(
+    *,
+    branch: Branch,
+    namespaces: Sequence[str] | None,
+    after: EntityKey | None = None,
+    limit: int | None = None,
+) -> Diff:
     """How far baseline moved since the fork, the branch's changesets, and its changes.
 
     Two queries: the two counts (index range scans on ``(branch, seq)``), and
     :func:`overlay_changes`. Counts and changes are limited to changesets and
     keys in ``namespaces`` (the caller's readable set; ``None`` = all).
+    ``changes`` is one keyset page: the keys after ``after``, at most ``limit``
+    of them (``None``: all); the counts are always whole.
     """
     ns_clause, ns_params = "", []
     if namespaces is not None:
@@ -229,5 +345,5 @@ def branch_diff(*, branch: Branch, namespaces: Sequence[str] | None) -> Diff:
     with connection.cursor() as cursor:
         cursor.execute(sql, [branch.fork_seq, *ns_params, branch.name, *ns_params])
         behind, ahead = cursor.fetchone()
-    changes = overlay_changes(branch=branch, namespaces=namespaces)
+    changes = overlay_changes(branch=branch, namespaces=namespaces, after=after, limit=limit)
     return Diff(behind=behind, ahead=ahead, changes=changes)

@@ -1,4 +1,4 @@
-"""Branch writes: create, merge, abandon.
+"""Branch writes: create, merge, abandon, members.
 
 Entity writes *on* a branch are not here: they go through the one write path,
 ``changesets.services.changeset_apply``, with a :class:`branches.store.BranchStore`.
@@ -12,16 +12,38 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from atlas.exceptions import Conflict, NotFound, PermissionDenied, ValidationFailed
+from atlas.exceptions import (
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    ValidationFailed,
+)
 from branches.exceptions import BranchExists, PlanMoved
 from branches.merge import MergeStore, merge_conflict
-from branches.models import MSG_NAME, Branch, BranchStatus
-from branches.selectors import OverlayChange, is_valid_name, overlay_changes
-from branches.store import close_branch, lock_branch_row, require_open
+from branches.models import MSG_NAME, Branch, BranchMember, BranchStatus
+from branches.selectors import (
+    OverlayChange,
+    can_see,
+    is_member,
+    is_superuser,
+    is_valid_name,
+    may_manage_members,
+    overlay_change_counts,
+    overlay_changes,
+)
+from branches.store import (
+    LockedBranch,
+    close_branch,
+    lock_branch_row,
+    require_open,
+    require_writer,
+)
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp
 from changesets.services import changeset_apply
@@ -33,6 +55,15 @@ from entities.store import EntityKey
 # How often a merge re-plans when branch or baseline writes keep slipping in
 # between its plan and its locks. Each attempt is cheap; running out is a 409.
 MERGE_ATTEMPTS = 5
+
+# The same words whoever holds the name and whatever it touched: a caller who
+# cannot see the branch learns only that the name is taken.
+MSG_NAME_TAKEN = "The branch name {name!r} is taken (branch names are never reused)."
+MSG_MERGE_TOO_LARGE = "Merging branch {name!r} would write {n} ops; the limit is {limit}."
+MSG_MANAGE_DENIED = (
+    "Changing the members of branch {name!r} needs its creator, or the maintainer role in"
+    " every namespace it touched."
+)
 
 
 @dataclass
@@ -47,6 +78,8 @@ class MergeResult:
 
 
 def _can_write_somewhere(actor: AbstractBaseUser) -> bool:
+    if is_superuser(actor):
+        return True
     roles = access.roles_for(actor)
     return roles.floor >= Role.WRITER or any(r >= Role.WRITER for r in roles.grants.values())
 
@@ -59,7 +92,8 @@ def branch_create(*, name: str, actor: AbstractBaseUser, comment: str = "") -> B
     empty log); reads under the branch see baseline *as it is now*, so the
     fork is a coordinate for "how far behind", not a snapshot. Names are
     never reused: the log refers to branches by name, so a taken name is 409
-    whatever the old branch's status.
+    whatever the old branch's status, with the same detail whether or not the
+    caller can see the branch (no owner, no namespace).
     """
     if not is_valid_name(name):
         raise ValidationFailed(
@@ -80,41 +114,90 @@ def branch_create(*, name: str, actor: AbstractBaseUser, comment: str = "") -> B
                 fork_seq=fork.seq if fork else 0,
             )
     except IntegrityError as exc:
-        raise BranchExists(f"A branch named {name!r} exists (names are never reused).") from exc
+        raise BranchExists(MSG_NAME_TAKEN.format(name=name)) from exc
 
 
-def _require_close_permission(
-    actor: AbstractBaseUser, branch: Branch, namespaces: Iterable[str]
-) -> None:
-    """Closing a branch (abandon, or a merge that lands nothing) needs its creator,
-    or the writer role in every namespace it touched (superusers have it everywhere)."""
-    if branch.created_by_id is not None and branch.created_by_id == actor.pk:
+def _require_visible(branch: Branch, actor: AbstractBaseUser) -> None:
+    """404 for a branch the actor cannot see (the API resolves names the same way).
+
+    Judged on the stored row: ``branch`` may predate writes that widened who sees it.
+    """
+    if not can_see(Branch.objects.get(pk=branch.pk), actor):
+        raise NotFound("No such branch.")
+
+
+def _require_close_permission(actor: AbstractBaseUser, branch: LockedBranch) -> None:
+    """A merge that lands nothing (it only closes the branch) needs someone who may
+    write the branch, or merge rights: the writer role in every namespace it touched."""
+    names = branch.namespaces
+    if names and all(access.role_in(actor, n) >= Role.WRITER for n in names):
         return
-    names = sorted(namespaces)
-    if access.is_superuser(actor) or (
-        names and all(access.role_in(actor, n) >= Role.WRITER for n in names)
-    ):
-        return
-    raise PermissionDenied(
-        f"Closing branch {branch.name!r} needs its creator, or the writer role in every"
-        " namespace it touched."
-    )
+    require_writer(actor, branch)
 
 
 def branch_abandon(*, branch: Branch, actor: AbstractBaseUser) -> Branch:
     """Abandon an open branch: its overlay goes, its changesets stay in the log.
 
-    Locks the branch row first (as every branch write does), so no branch
-    write can land after the abandon commits; those that queued behind it
-    find the branch closed (409).
+    Who may: whoever may write the branch (its creator, a member, a superuser,
+    a maintainer of every namespace it touched). Locks the branch row first
+    (as every branch write does), so no branch write can land after the
+    abandon commits; those that queued behind it find the branch closed (409).
     """
+    _require_visible(branch, actor)
     with transaction.atomic(durable=True):
-        name, status, namespaces = lock_branch_row(branch.pk)
-        require_open(name, status)
-        _require_close_permission(actor, branch, namespaces)
+        locked = lock_branch_row(branch.pk)
+        require_open(locked.name, locked.status)
+        require_writer(actor, locked)
         close_branch(branch.pk, status=BranchStatus.ABANDONED, now=timezone.now())
     branch.refresh_from_db()
     return branch
+
+
+def _lock_for_members(branch: Branch, actor: AbstractBaseUser, user: AbstractBaseUser) -> bool:
+    """Lock the branch row, check it is open and ``actor`` manages its members;
+    return whether ``user`` is a member."""
+    locked = lock_branch_row(branch.pk)
+    require_open(locked.name, locked.status)
+    if not may_manage_members(
+        actor, created_by_id=locked.created_by_id, namespaces=locked.namespaces
+    ):
+        raise PermissionDenied(MSG_MANAGE_DENIED.format(name=locked.name))
+    return is_member(branch.pk, user)  # after the lock: a statement of its own
+
+
+def branch_member_add(*, branch: Branch, user: AbstractBaseUser, actor: AbstractBaseUser) -> bool:
+    """Let ``user`` write ``branch``; True when added, False when already a member.
+
+    ``actor`` must be the creator, a superuser or a maintainer of every
+    namespace the branch touched; the branch must be open (409). Membership is
+    an addition to the namespace roles: the member still needs the writer role
+    in each namespace they write. Takes the branch row lock, so it is ordered
+    with the branch's writes.
+    """
+    _require_visible(branch, actor)
+    with transaction.atomic(durable=True):
+        if _lock_for_members(branch, actor, user):
+            return False
+        BranchMember.objects.create(
+            branch=branch, user=user, added_by_name=actor.get_username(), added_at=timezone.now()
+        )
+    return True
+
+
+def branch_member_remove(
+    *, branch: Branch, user: AbstractBaseUser, actor: AbstractBaseUser
+) -> bool:
+    """Take ``user``'s membership away; True when they were a member.
+
+    Same rules as :func:`branch_member_add`. Under the branch row lock: a
+    write by the removed member that queued behind it is refused (403).
+    """
+    _require_visible(branch, actor)
+    with transaction.atomic(durable=True):
+        if not _lock_for_members(branch, actor, user):
+            return False
+        BranchMember.objects.filter(branch=branch, user=user).delete()
+    return True
 
 
 def _merge_ops(plan: Iterable[OverlayChange]) -> list[WriteOp]:
@@ -124,24 +207,50 @@ def _merge_ops(plan: Iterable[OverlayChange]) -> list[WriteOp]:
     ]
 
 
-def _require_merge_permission(actor: AbstractBaseUser, plan: Iterable[OverlayChange]) -> None:
-    """Baseline write rules (writer; maintainer where protected) on the plan's namespaces."""
-    names = sorted({c.key.namespace for c in plan})
-    namespaces = {ns.name: ns for ns in Namespace.objects.filter(name__in=names)}
-    for name in names:
-        if name not in namespaces:  # pragma: no cover - overlay rows PROTECT their namespace
-            raise NotFound(f"Namespace {name!r} not found.")
-    access.require_write(actor, namespaces, branch=BASELINE)
+def _require_merge_permission(actor: AbstractBaseUser, name: str, landing: Iterable[str]) -> None:
+    """Baseline write rules (writer; maintainer where protected) on the namespaces a
+    merge lands in: 403, naming only the namespaces the caller can read.
+
+    The branch is visible to the caller, but its changes may lie in namespaces
+    the caller cannot read (a member wrote them): those are counted, not named.
+    """
+    names = sorted(set(landing))
+    if not names:
+        return
+    protected = dict(Namespace.objects.filter(name__in=names).values_list("name", "protected"))
+    denied: list[str] = []
+    unreadable = 0
+    for ns in names:
+        role = access.role_in(actor, ns)
+        namespace = Namespace(name=ns, protected=protected.get(ns, False))
+        needed = access.required_write_role(namespace, branch=BASELINE)
+        if role < Role.READER:
+            unreadable += 1
+        elif role < needed:
+            denied.append(f"{ns!r} (needs {needed.name.lower()})")
+    if unreadable:
+        denied.append(f"{unreadable} namespace{'' if unreadable == 1 else 's'} you cannot read")
+    if denied:
+        raise PermissionDenied(
+            f"Merging branch {name!r} lands changes you may not write: in {' and '.join(denied)}."
+        )
+
+
+def _require_within_limit(name: str, n: int) -> None:
+    """A merge is one changeset: at most ``ATLAS_MAX_BATCH_OPS`` ops, else 413."""
+    limit = settings.ATLAS_MAX_BATCH_OPS
+    if n > limit:
+        raise PayloadTooLarge(MSG_MERGE_TOO_LARGE.format(name=name, n=n, limit=limit))
 
 
 def _close_empty_merge(branch: Branch, actor: AbstractBaseUser) -> None:
     """Mark merged a branch with nothing to land (no changeset: invariant 3)."""
     with transaction.atomic(durable=True):
-        name, status, namespaces = lock_branch_row(branch.pk)
-        require_open(name, status)
+        locked = lock_branch_row(branch.pk)
+        require_open(locked.name, locked.status)
         if overlay_changes(branch=branch):
             raise PlanMoved()
-        _require_close_permission(actor, branch, namespaces)
+        _require_close_permission(actor, locked)
         close_branch(branch.pk, status=BranchStatus.MERGED, now=timezone.now())
 
 
@@ -150,13 +259,21 @@ def branch_merge(
 ) -> MergeResult:
     """Land an open branch on baseline as one changeset (rpc ``MergeBranch``).
 
+    0. The caller must see the branch (404). Counted first, without any
+       content (:func:`branches.selectors.overlay_change_counts`): the
+       caller needs baseline write rights in every namespace the merge lands
+       in (403, naming none the caller cannot read), and the merge is one
+       changeset, so at most ``ATLAS_MAX_BATCH_OPS`` ops (413). Both before
+       anything is loaded or locked; a dry run is refused the same way.
     1. Plan, outside any transaction: the overlay keys whose state differs
-       from baseline's (:func:`branches.selectors.overlay_changes`).
+       from baseline's (:func:`branches.selectors.overlay_changes`). The
+       checks of step 0 run again on the plan (a branch write may have
+       slipped in); step 3 makes sure the plan still holds under the locks.
     2. A key where baseline moved since the branch first wrote it (its
        version is no longer ``base_version``) and does not already hold the
        branch's state is a conflict: 409 listing them all, nothing written.
-       The caller must have baseline write rights on those namespaces first
-       (403/404 before 409), so conflicts never reveal unwritable keys.
+       The permission checks came first, so conflicts never reveal
+       unwritable keys.
     3. ``changeset_apply`` on a :class:`~branches.merge.MergeStore` with one
        put or delete per planned key, author = ``actor``. In its one
        transaction the store locks the branch row (a concurrent merge waits,
@@ -169,12 +286,17 @@ def branch_merge(
 
     A dry run goes through the same checks and locks and writes nothing.
     """
+    _require_visible(branch, actor)
     for _ in range(MERGE_ATTEMPTS):
         require_open(branch.name, branch.status)
+        counts = overlay_change_counts(branch=branch)
+        _require_merge_permission(actor, branch.name, counts)
+        _require_within_limit(branch.name, sum(counts.values()))
         plan = overlay_changes(branch=branch, with_content=True)
+        _require_merge_permission(actor, branch.name, {c.key.namespace for c in plan} - {*counts})
+        _require_within_limit(branch.name, len(plan))
         conflicts = [c for c in plan if c.conflict]
         if conflicts:
-            _require_merge_permission(actor, plan)
             raise merge_conflict(branch.name, conflicts)
         try:
             if not plan:

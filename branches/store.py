@@ -19,13 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
 from django.db import connection
 
+from atlas.exceptions import PermissionDenied
 from branches.exceptions import BranchClosed
 from branches.models import Branch, BranchStatus
+from branches.selectors import may_write
 from entities.store import (
     EntityKey,
     EntityWrite,
@@ -48,22 +50,60 @@ def _columns(keys: Sequence[EntityKey]) -> list[list[str]]:
     return [[k.namespace for k in keys], [k.kind for k in keys], [k.slug for k in keys]]
 
 
-def lock_branch_row(branch_id: int) -> tuple[str, str, list[str]]:
-    """``SELECT … FOR UPDATE`` the branch row: (name, status, namespaces).
+class LockedBranch(NamedTuple):
+    """The branch row as locked by :func:`lock_branch_row`."""
 
-    Every branch write, the merge and the abandon take this lock first, so
-    they queue behind each other and a write can never land on a branch that
-    a concurrent merge or abandon has just closed.
+    id: int
+    name: str
+    status: str
+    namespaces: list[str]
+    created_by_id: int | None
+
+
+def lock_branch_row(branch_id: int) -> LockedBranch:
+    """``SELECT … FOR UPDATE`` the branch row.
+
+    Every branch write, the merge, the abandon and membership changes take
+    this lock first, so they queue behind each other: a write can never land
+    on a branch that a concurrent merge or abandon has just closed, nor by a
+    member whose removal committed first.
+
+    Anything else judged under this lock (membership) must be read by a
+    *later* statement: under READ COMMITTED a statement that waited for the
+    lock sees the locked row's newest version, but every other table as of
+    its own start, i.e. before the transaction it waited for committed.
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT name, status, namespaces FROM branches_branch WHERE id = %s FOR UPDATE",
+            "SELECT id, name, status, namespaces, created_by_id FROM branches_branch"
+            " WHERE id = %s FOR UPDATE",
             [branch_id],
         )
         row = cursor.fetchone()
     if row is None:  # pragma: no cover - branch rows are never deleted
         raise BranchClosed("The branch no longer exists.")
-    return row[0], row[1], list(row[2])
+    return LockedBranch(row[0], row[1], row[2], list(row[3]), row[4])
+
+
+MSG_WRITE_DENIED = (
+    "Writing branch {name!r} needs its creator, one of its members, or the maintainer role"
+    " in every namespace it touches."
+)
+
+
+def require_writer(user: Any, locked: LockedBranch, namespaces: Iterable[str] = ()) -> None:
+    """403 unless ``user`` may write the locked branch (:func:`branches.selectors.may_write`).
+
+    ``namespaces``: those about to be written, which the branch touches from then on.
+    Call it after :func:`lock_branch_row`: membership is read by a statement of its own.
+    """
+    if not may_write(
+        user,
+        branch_id=locked.id,
+        created_by_id=locked.created_by_id,
+        namespaces={*locked.namespaces, *namespaces},
+    ):
+        raise PermissionDenied(MSG_WRITE_DENIED.format(name=locked.name))
 
 
 def require_open(name: str, status: str) -> None:
@@ -80,11 +120,21 @@ class _Seen:
 
 
 class BranchStore:
-    """A branch's overlay over baseline (``entities.store.EntityStore``)."""
+    """A branch's overlay over baseline (``entities.store.EntityStore``).
 
-    def __init__(self, branch: Branch) -> None:
+    ``writer`` is the user on whose behalf the store writes: :meth:`lock`
+    refuses (403) unless they may write the branch (its creator, a member, a
+    superuser, or a maintainer of every namespace it touches). Every API path
+    makes its store with ``atlas.api.branch.store_for``, which passes the
+    request's user. ``None`` (read-only use, and code that has already decided)
+    skips that rule; the namespace roles are checked by the write service
+    either way.
+    """
+
+    def __init__(self, branch: Branch, *, writer: Any = None) -> None:
         self.branch = branch.name
         self.branch_id = branch.pk
+        self.writer = writer
         self._seen: dict[EntityKey, _Seen] | None = None
         self._namespaces: set[str] = set(branch.namespaces)
 
@@ -159,7 +209,9 @@ class BranchStore:
         0. The keys' namespaces (existence, ``protected``). If ``guard`` refuses
            any, nothing is locked: the write service refuses the write.
         1. The branch row, ``FOR UPDATE``: writes to one branch queue behind
-           each other and behind a merge or abandon; a closed branch is 409.
+           each other and behind a merge or abandon; a closed branch is 409;
+           a ``writer`` who may not write the branch is 403 (decided under
+           this lock, so a membership removed before it counts).
         2. Baseline rows of the keys, ``FOR SHARE`` in key order, read together
            with the overlay rows in one statement. Share locks keep the
            baseline a write is judged against stable until it commits without
@@ -173,9 +225,11 @@ class BranchStore:
         existing = namespaces_of(k.namespace for k in keys) if keys else {}
         if not guard_allows(guard, existing):
             return Locked({}, existing)
-        name, status, namespaces = lock_branch_row(self.branch_id)
-        require_open(name, status)
-        self._namespaces = set(namespaces)
+        row = lock_branch_row(self.branch_id)
+        require_open(row.name, row.status)
+        if self.writer is not None:
+            require_writer(self.writer, row, {k.namespace for k in keys})
+        self._namespaces = set(row.namespaces)
         self._seen = {}
         if not keys:
             return Locked({}, existing)

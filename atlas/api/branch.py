@@ -20,10 +20,16 @@ def store_for(request: Request) -> EntityStore:
     """The baseline store, or the named branch's overlay (404 when unknown or invisible).
 
     Header absent (or empty) = baseline. A branch is visible to its creator,
-    to superusers, and to readers of any namespace it has written; an invalid
-    name, a missing branch and an invisible one all answer the same 404, with
-    the header as the pointer. Closed (merged, abandoned) branches resolve
-    too: reads work, writes are refused with 409 by the store.
+    its members, superusers, and readers of any namespace it has written; an
+    invalid name, a missing branch and an invisible one all answer the same
+    404, with the header as the pointer. Closed (merged, abandoned) branches
+    resolve too: reads work, writes are refused with 409 by the store.
+
+    The store writes on behalf of the request's user: its ``lock`` refuses
+    (403) a user who may see but not write the branch (not its creator, a
+    member, a superuser or a maintainer of every namespace it touches), so
+    every write path (entity writes, batch, delete-by-query, revert, import)
+    obeys the same rule under the branch row lock.
     """
     name = branch_name(request)
     if not name:
@@ -31,4 +37,4 @@ def store_for(request: Request) -> EntityStore:
     branch = branch_get(name=name, user=request.user)
     if branch is None:
         raise NotFound(f"Branch {name!r} not found.", pointer=f"/headers/{BRANCH_HEADER}")
-    return BranchStore(branch)
+    return BranchStore(branch, writer=request.user)

@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from atlas.api.render import rfc3339
 from branches.models import MSG_NAME, Branch, BranchStatus
-from branches.selectors import Diff, OverlayChange, is_valid_name
+from branches.selectors import Diff, OverlayChange, is_valid_name, member_names
 from changesets.api.serializers import ChangesetSerializer
 from changesets.models import Changeset
 from entities.api.serializers import (
@@ -47,10 +47,17 @@ def visible_changeset_ids(
 
 
 def branch_repr(
-    branch: Branch, readable: Sequence[str] | None, visible: set[str] | None = None
+    branch: Branch,
+    readable: Sequence[str] | None,
+    visible: set[str] | None = None,
+    members: dict[int, list[str]] | None = None,
 ) -> dict[str, Any]:
     """``readable``: the caller's readable namespaces (``None`` = all); ``visible``: from
-    :func:`visible_changeset_ids` for a page of branches (computed here when absent)."""
+    :func:`visible_changeset_ids`, ``members``: from
+    :func:`branches.selectors.member_names`, for a page of branches (each computed
+    here when absent)."""
+    if members is None:
+        members = member_names([branch])
     namespaces = branch.namespaces
     if readable is not None:
         namespaces = [n for n in namespaces if n in set(readable)]
@@ -73,6 +80,7 @@ def branch_repr(
         "comment": branch.comment,
         "closed_at": rfc3339(branch.closed_at),
         "namespaces": sorted(namespaces),
+        "members": members.get(branch.pk, []),
     }
 
 
@@ -90,11 +98,12 @@ def change_repr(change: OverlayChange) -> dict[str, Any]:
     }
 
 
-def diff_repr(diff: Diff) -> dict[str, Any]:
+def diff_repr(diff: Diff, next_page_token: str | None) -> dict[str, Any]:
     return {
         "behind": diff.behind,
         "ahead": diff.ahead,
         "changes": [change_repr(c) for c in diff.changes],
+        "next_page_token": next_page_token,
     }
 
 
@@ -107,6 +116,16 @@ def parse_create(data: Any) -> tuple[str, str]:
         errors.add("/name", MSG_NAME)
     errors.raise_if_any()
     return body["name"], comment
+
+
+def parse_member_put(data: Any) -> None:
+    """No body, or an empty object: membership has no attributes."""
+    if is_empty_body(data):
+        return
+    body = require_object(data)
+    errors = Errors()
+    check_fields(body, errors, "", required=set(), optional=set())
+    errors.raise_if_any()
 
 
 def parse_merge(data: Any) -> tuple[bool, str]:
@@ -145,6 +164,10 @@ class BranchSerializer(serializers.Serializer):
     namespaces = serializers.ListField(
         child=serializers.CharField(), help_text="Namespaces it wrote that you can read"
     )
+    members = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Usernames of its members (besides its creator, they may write it), sorted",
+    )
 
 
 class BranchPageSerializer(serializers.Serializer):
@@ -177,7 +200,8 @@ class BranchChangeSerializer(EntityRefSerializer):
 class DiffSerializer(serializers.Serializer):
     behind = serializers.IntegerField(help_text="Baseline changesets since the fork")
     ahead = serializers.IntegerField(help_text="The branch's changesets")
-    changes = BranchChangeSerializer(many=True)
+    changes = BranchChangeSerializer(many=True, help_text="One page, in key order")
+    next_page_token = serializers.CharField(allow_null=True)
 
 
 class MergeBodySerializer(serializers.Serializer):

@@ -14,6 +14,7 @@ from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, WriteOp
 from changesets.services import ApplyResult, changeset_apply
 from entities.store import EntityKey
+from tests.entities.factories import UserFactory
 
 NS = "acme.orders"
 BRANCH_HEADER = "HTTP_X_ATLAS_BRANCH"
@@ -39,6 +40,12 @@ def overlay(branch: Branch) -> dict[EntityKey, BranchEntity]:
 
 
 @pytest.fixture
+def superuser(db) -> Any:
+    """Can do everything (superuser = every role everywhere; ``is_staff`` alone grants none)."""
+    return UserFactory(username="root", is_superuser=True, is_staff=True)
+
+
+@pytest.fixture
 def make_branch(db) -> Callable[..., Branch]:
     """``make_branch(actor, "feature")``: create through the service."""
 
@@ -52,7 +59,9 @@ def make_branch(db) -> Callable[..., Branch]:
 def bwrite() -> Callable[..., ApplyResult]:
     """Write on a branch through the service: ``bwrite(actor, branch, "ns/kind/slug", {...})``.
 
-    ``None`` deletes; ``ops=[...]`` writes a batch instead.
+    ``None`` deletes; ``ops=[...]`` writes a batch instead. The store writes on
+    behalf of ``actor`` (as ``store_for`` makes it), so the branch's writer rule
+    applies.
     """
 
     def apply(
@@ -71,6 +80,7 @@ def bwrite() -> Callable[..., ApplyResult]:
             rpc = Rpc.DELETE_ENTITY if content is None else Rpc.PUT_ENTITY
         else:
             rpc = Rpc.BATCH_MUTATE
-        return changeset_apply(store=BranchStore(branch), actor=actor, ops=ops, rpc=rpc, **kw)
+        store = BranchStore(branch, writer=actor)
+        return changeset_apply(store=store, actor=actor, ops=ops, rpc=rpc, **kw)
 
     return apply

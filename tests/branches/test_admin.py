@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from branches.models import Branch
+from branches.services import branch_member_add
 from tests.changesets.test_admin import NS, SECRET, logged_in, make_admin, put
 from tests.entities.factories import NamespaceFactory
 
@@ -62,3 +63,13 @@ def test_overlay_rows_are_scoped(root, feature):
     auditor = make_admin("audrey", reader=[NS])
     response = logged_in(auditor).get("/admin/branches/branchentity/")
     assert {row.namespace_id for row in response.context["cl"].result_list} == {NS}
+
+
+def test_members_see_the_branch_and_its_member_list_in_the_admin(root, feature):
+    member = make_admin("mia", reader=["acme.other"])
+    assert logged_in(member).get(LIST).context["cl"].result_count == 0
+    branch_member_add(branch=feature, user=member, actor=root)
+    client = logged_in(member)
+    assert client.get(LIST).context["cl"].result_count == 1
+    page = client.get(f"{LIST}{feature.pk}/change/").content.decode()
+    assert "mia" in page and SECRET not in page

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.test import override_settings
 
 from branches.models import Branch, BranchStatus
 from changesets.models import Changeset, Revision
@@ -32,6 +33,7 @@ BRANCH_FIELDS = {
     "comment",
     "closed_at",
     "namespaces",
+    "members",
 }
 
 
@@ -82,7 +84,7 @@ def test_create_answers_201_with_the_branch(api, write, wendy):
     assert body["fork_changeset_id"] == str(newest.id)
     assert body["fork_seq"] == newest.seq
     assert body["merged_changeset_id"] is None and body["closed_at"] is None
-    assert body["comment"] == "why" and body["namespaces"] == []
+    assert body["comment"] == "why" and body["namespaces"] == [] and body["members"] == []
     assert body["created_at"].endswith("Z")
     assert response["Location"].endswith("/api/v1/branches/feature")
     assert api.get(f"{BRANCHES}/feature").json() == body
@@ -157,15 +159,15 @@ def test_a_page_token_of_another_listing_is_400(api, feature):
 # --- visibility ----------------------------------------------------------------
 
 
-def test_visibility_creator_readers_of_touched_namespaces_and_staff(
-    api, feature, client_for, make_user, staff
+def test_visibility_creator_readers_of_touched_namespaces_and_superusers(
+    api, feature, client_for, make_user, superuser
 ):
     reader = client_for(make_user("rita", reader=[NS]))
     stranger = client_for(make_user("sam", reader=["acme.billing"]))
-    # Untouched: only the creator (and staff) can see it.
+    # Untouched: only the creator (and superusers) can see it.
     assert_problem(reader.get(f"{BRANCHES}/{feature}"), 404)
     assert reader.get(BRANCHES).json()["results"] == []
-    assert client_for(staff).get(f"{BRANCHES}/{feature}").status_code == 200
+    assert client_for(superuser).get(f"{BRANCHES}/{feature}").status_code == 200
 
     assert put(api, "a", {"n": 2}, branch=feature).status_code == 200
 
@@ -352,7 +354,67 @@ def test_diff_endpoint(api, feature, django_assert_max_num_queries):
                 "conflict": False,
             },
         ],
+        "next_page_token": None,
     }
+
+
+def test_diff_pages_its_changes_in_key_order(api, feature, write, wendy):
+    for slug in ["e", "c", "a", "d", "b"]:
+        put(api, slug, {"n": 7}, branch=feature)
+    put(api, "z", {"n": 1})  # baseline moves on once
+    url = f"{BRANCHES}/{feature}/diff"
+
+    slugs, token, pages = [], None, 0
+    while True:
+        body = api.get(url, {"page_size": 2, **({"page_token": token} if token else {})}).json()
+        pages += 1
+        assert (body["behind"], body["ahead"]) == (1, 5)  # whole counts on every page
+        assert len(body["changes"]) <= 2
+        slugs += [c["slug"] for c in body["changes"]]
+        token = body["next_page_token"]
+        if token is None:
+            break
+
+    assert slugs == ["a", "b", "c", "d", "e"] and pages == 3
+    assert api.get(url).json()["next_page_token"] is None  # default page (50) holds all
+
+
+def test_diff_page_tokens_and_sizes_are_checked(api, feature, client_for, make_user):
+    put(api, "a", {"n": 2}, branch=feature)
+    put(api, "c", {"n": 2}, branch=feature)
+    api.post(BRANCHES, {"name": "other"}, format="json")
+    url = f"{BRANCHES}/{feature}/diff"
+    token = api.get(url, {"page_size": 1}).json()["next_page_token"]
+    assert token
+
+    assert_problem(api.get(url, {"page_token": "garbage"}), 400)
+    assert_problem(api.get(f"{BRANCHES}/other/diff", {"page_token": token}), 400)
+    assert_problem(api.get(BRANCHES, {"page_token": token}), 400)
+    reader = client_for(make_user("rita", reader=[NS]))
+    assert_problem(reader.get(url, {"page_token": token}), 400)  # another user's token
+    assert_problem(api.get(url, {"page_size": 0}), 422, error_pointers=["/page_size"])
+    assert_problem(api.get(url, {"after": "x"}), 422)
+    assert [c["slug"] for c in api.get(url, {"page_token": token}).json()["changes"]] == ["c"]
+
+
+@override_settings(ATLAS_MAX_BATCH_OPS=2)
+def test_merge_over_the_op_limit_is_refused_with_413(api, feature):
+    for slug in ["a", "b", "c"]:
+        put(api, slug, {"n": 5}, branch=feature)
+    before = Changeset.objects.count()
+    url = f"{BRANCHES}/{feature}/merge"
+
+    for body in ({}, {"dry_run": True}):
+        problem = assert_problem(api.post(url, body, format="json"), 413)
+        assert "3 ops; the limit is 2" in problem["detail"]
+
+    assert Changeset.objects.count() == before
+    assert Branch.objects.get(name=feature).status == BranchStatus.OPEN
+    assert api.get(entity_url("a")).json()["content"] == {"n": 1}
+    # Back at the limit, it lands: c is new on the branch, and deleting it again
+    # leaves nothing to land for it.
+    api.delete(entity_url("c"), **on(feature))
+    assert api.post(url, {}, format="json").status_code == 200
 
 
 def test_merge_endpoint_lands_the_branch(api, feature, client_for, make_user):

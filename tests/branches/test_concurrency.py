@@ -15,10 +15,17 @@ from typing import Any
 import pytest
 
 import branches.services as services
+from atlas.exceptions import PermissionDenied
 from branches.exceptions import BranchClosed, MergeConflict
 from branches.merge import MergeStore
 from branches.models import Branch, BranchStatus
-from branches.services import branch_abandon, branch_create, branch_merge
+from branches.services import (
+    branch_abandon,
+    branch_create,
+    branch_member_add,
+    branch_member_remove,
+    branch_merge,
+)
 from changesets.models import Changeset, Revision, Rpc
 from entities.store import baseline
 from tests.branches.conftest import NS, key, overlay
@@ -244,3 +251,35 @@ def test_concurrent_writes_to_one_branch_both_land(make_user, bwrite):
     # Every writer saw the namespaces of those before it: none is lost.
     assert fresh(branch).namespaces == ["acme.billing", NS]
     assert Changeset.objects.filter(branch="busy").count() == 4
+
+
+def test_a_members_write_queued_behind_their_removal_is_refused(
+    writer, make_user, bwrite, branch_with_changes, monkeypatch
+):
+    """The writer rule is judged under the branch row lock: a write that waited for a
+    removal's lock sees the removal, never the membership it read before."""
+    walt = make_user("walt", writer=[NS])
+    branch_member_add(branch=branch_with_changes, user=walt, actor=writer)
+    locked = threading.Event()
+    real = services._lock_for_members
+
+    def lock_and_linger(*args: Any) -> bool:
+        member = real(*args)
+        locked.set()
+        time.sleep(0.3)
+        return member
+
+    monkeypatch.setattr(services, "_lock_for_members", lock_and_linger)
+
+    def write_when_locked():
+        assert locked.wait(10)
+        return bwrite(walt, fresh(branch_with_changes), f"{NS}/order/late", {"n": 1})
+
+    removed, written = run_in_threads(
+        lambda: branch_member_remove(branch=fresh(branch_with_changes), user=walt, actor=writer),
+        write_when_locked,
+    )
+
+    assert removed is True
+    assert isinstance(written, PermissionDenied), written
+    assert not Changeset.objects.filter(branch="feature", author_name="walt").exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from atlas.exceptions import NotFound, PermissionDenied, ValidationFailed
+from atlas.exceptions import NotFound, PayloadTooLarge, PermissionDenied, ValidationFailed
 from branches.exceptions import BranchClosed, BranchExists, MergeConflict
 from branches.models import Branch, BranchEntity, BranchStatus
 from branches.selectors import branch_diff
@@ -78,11 +78,11 @@ def test_names_are_never_reused(writer, make_branch):
         make_branch(writer)
 
 
-def test_create_needs_writer_somewhere(make_user, namespace, staff):
+def test_create_needs_writer_somewhere(make_user, namespace, superuser):
     reader = make_user("rita", reader=[NS])
     with pytest.raises(PermissionDenied):
         branch_create(name="nope", actor=reader)
-    assert branch_create(name="staff-made", actor=staff).name == "staff-made"
+    assert branch_create(name="root-made", actor=superuser).name == "root-made"
 
 
 # --- merge --------------------------------------------------------------------
@@ -261,7 +261,7 @@ def test_merged_and_abandoned_branches_cannot_be_merged_or_abandoned(writer, bwr
 
 
 def test_merge_needs_maintainer_in_protected_namespaces(
-    make_user, protected_namespace, namespace, make_branch, bwrite, staff
+    make_user, protected_namespace, namespace, make_branch, bwrite
 ):
     wendy = make_user("wendy", writer=[NS, "acme.core"])
     branch = make_branch(wendy)
@@ -294,6 +294,36 @@ def test_permission_is_checked_before_conflicts_are_reported(
 ):
     bwrite(writer, seeded, f"{NS}/order/a", {"n": 2})
     write(writer, f"{NS}/order/a", {"n": 3})
+    with pytest.raises(PermissionDenied):
+        branch_merge(branch=seeded, actor=make_user("rita", reader=[NS]))
+
+
+def test_merge_over_the_op_limit_is_refused_before_the_plan_is_loaded(
+    writer, bwrite, seeded, merger, monkeypatch, settings
+):
+    import branches.services as services
+
+    settings.ATLAS_MAX_BATCH_OPS = 2
+    bwrite(writer, seeded, ops=[PutOp(key(f"{NS}/order/{s}"), {"n": 9}) for s in "abcd"])
+    before = log_snapshot()
+
+    def no_plan(**kwargs):
+        raise AssertionError("the plan (with every content) was loaded")
+
+    monkeypatch.setattr(services, "overlay_changes", no_plan)
+    for dry_run in (False, True):
+        with pytest.raises(PayloadTooLarge, match=r"4 ops; the limit is 2\.$"):
+            branch_merge(branch=seeded, actor=merger, dry_run=dry_run)
+    assert_nothing_written(before)
+    assert Branch.objects.get(pk=seeded.pk).status == BranchStatus.OPEN
+
+
+def test_a_merge_over_the_limit_is_refused_only_after_the_permission_check(
+    make_user, writer, bwrite, seeded, settings
+):
+    """The 413 counts every change; a caller who may not land them learns no count."""
+    settings.ATLAS_MAX_BATCH_OPS = 1
+    bwrite(writer, seeded, ops=[PutOp(key(f"{NS}/order/{s}"), {"n": 9}) for s in "ab"])
     with pytest.raises(PermissionDenied):
         branch_merge(branch=seeded, actor=make_user("rita", reader=[NS]))
 
@@ -375,21 +405,27 @@ def test_abandon_drops_the_overlay_and_keeps_the_log(writer, bwrite, seeded):
     assert BranchStore(branch).get(key(f"{NS}/order/a")).content == {"n": 1}
 
 
-def test_abandon_needs_the_creator_or_writer_everywhere_it_touched(
-    make_user, writer, bwrite, seeded, staff
-):
+def test_abandon_needs_someone_who_may_write_the_branch(make_user, writer, bwrite, seeded):
+    """Issue 13 item 4: the writers of a branch abandon it (creator, members, maintainers
+    of every namespace it touched, superusers); a mere writer of those namespaces no
+    longer may (the old rule let any writer of every touched namespace abandon it)."""
     bwrite(writer, seeded, f"{NS}/order/a", {"n": 2})
     with pytest.raises(PermissionDenied):
         branch_abandon(branch=seeded, actor=make_user("rita", reader=[NS]))
-    other_writer = make_user("walt", writer=[NS])
-    assert branch_abandon(branch=seeded, actor=other_writer).status == BranchStatus.ABANDONED
-
-
-def test_nobody_but_creator_and_staff_abandon_an_untouched_branch(make_user, writer, staff):
-    branch = branch_create(name="idle", actor=writer)
     with pytest.raises(PermissionDenied):
+        branch_abandon(branch=seeded, actor=make_user("walt", writer=[NS]))
+    maintainer = make_user("mo", maintainer=[NS])
+    assert branch_abandon(branch=seeded, actor=maintainer).status == BranchStatus.ABANDONED
+
+
+def test_nobody_but_creator_and_superusers_abandon_an_untouched_branch(
+    make_user, writer, superuser
+):
+    branch = branch_create(name="idle", actor=writer)
+    # Untouched: nobody else can even see it.
+    with pytest.raises(NotFound):
         branch_abandon(branch=branch, actor=make_user("walt", writer=[NS]))
-    assert branch_abandon(branch=branch, actor=staff).status == BranchStatus.ABANDONED
+    assert branch_abandon(branch=branch, actor=superuser).status == BranchStatus.ABANDONED
 
 
 # --- diff ---------------------------------------------------------------------

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from atlas.exceptions import PreconditionFailed
+from atlas.exceptions import PermissionDenied, PreconditionFailed
 from branches.exceptions import BranchClosed
 from branches.models import Branch
-from branches.services import branch_abandon, branch_merge
+from branches.services import branch_abandon, branch_member_add, branch_merge
 from branches.store import BranchStore
 from changesets.models import Changeset, JournalEntry, Revision
 from changesets.ops import DeleteOp, PutOp
@@ -274,3 +274,22 @@ def test_a_stale_branch_object_still_sees_the_branch_closed(writer, bwrite, seed
     branch_abandon(branch=seeded, actor=writer)
     with pytest.raises(BranchClosed):
         bwrite(writer, stale, f"{NS}/order/a", {"n": 2})
+
+
+def test_a_store_writing_for_someone_who_may_not_write_the_branch_refuses_and_writes_nothing(
+    writer, make_user, bwrite, seeded
+):
+    """The writer rule sits in ``BranchStore.lock``, under the branch row lock: every
+    path through the write service obeys it, dry runs included."""
+    bwrite(writer, seeded, f"{NS}/order/a", {"n": 2})
+    walt = make_user("walt", writer=[NS])
+    before = Changeset.objects.count()
+    for dry_run in (False, True):
+        with pytest.raises(PermissionDenied, match="feature"):
+            bwrite(walt, seeded, f"{NS}/order/b", {"n": 2}, dry_run=dry_run)
+    assert Changeset.objects.count() == before
+    assert key(f"{NS}/order/b") not in overlay(seeded)
+
+    assert branch_member_add(branch=seeded, user=walt, actor=writer) is True
+    assert branch_member_add(branch=seeded, user=walt, actor=writer) is False
+    assert bwrite(walt, seeded, f"{NS}/order/b", {"n": 2}).changeset.author_name == "walt"
