@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -20,7 +19,6 @@ from django.utils import timezone
 from atlas.exceptions import (
     Conflict,
     NotFound,
-    PayloadTooLarge,
     PermissionDenied,
     ValidationFailed,
 )
@@ -46,7 +44,7 @@ from branches.store import (
 )
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp
-from changesets.services import changeset_apply
+from changesets.services import changeset_apply, check_op_limit
 from entities import access
 from entities.access import Role
 from entities.models import Namespace
@@ -59,7 +57,6 @@ MERGE_ATTEMPTS = 5
 # The same words whoever holds the name and whatever it touched: a caller who
 # cannot see the branch learns only that the name is taken.
 MSG_NAME_TAKEN = "The branch name {name!r} is taken (branch names are never reused)."
-MSG_MERGE_TOO_LARGE = "Merging branch {name!r} would write {n} ops; the limit is {limit}."
 MSG_MANAGE_DENIED = (
     "Changing the members of branch {name!r} needs its creator, or the maintainer role in"
     " every namespace it touched."
@@ -238,9 +235,7 @@ def _require_merge_permission(actor: AbstractBaseUser, name: str, landing: Itera
 
 def _require_within_limit(name: str, n: int) -> None:
     """A merge is one changeset: at most ``ATLAS_MAX_BATCH_OPS`` ops, else 413."""
-    limit = settings.ATLAS_MAX_BATCH_OPS
-    if n > limit:
-        raise PayloadTooLarge(MSG_MERGE_TOO_LARGE.format(name=name, n=n, limit=limit))
+    check_op_limit(n, what=f"Merging branch {name!r}")
 
 
 def _close_empty_merge(branch: Branch, actor: AbstractBaseUser) -> None:

@@ -29,8 +29,11 @@ class TooManyOps(PayloadTooLarge):
 
     type, title = "too-many-ops", "Too many ops for one changeset"
 
-    def __init__(self, count: int, limit: int, *, pointer: str | None = None) -> None:
-        super().__init__(f"{count} ops; the limit is {limit}", pointer=pointer)
+    def __init__(
+        self, count: int, limit: int, *, pointer: str | None = None, what: str = ""
+    ) -> None:
+        detail = f"{count} ops; the limit is {limit}"
+        super().__init__(f"{what} would write {detail}." if what else detail, pointer=pointer)
         self.count = count
         self.limit = limit
 

@@ -176,7 +176,7 @@ class ApplyResult:
 Planner = Callable[[Mapping[EntityKey, StoredEntity]], Sequence[WriteOp]]
 
 
-def check_op_limit(count: int) -> None:
+def check_op_limit(count: int, *, what: str = "") -> None:
     """Refuse a changeset of more than ``ATLAS_MAX_BATCH_OPS`` ops (413, :class:`TooManyOps`).
 
     The one rule behind API.md's "no changeset, from any path, has more than
@@ -186,11 +186,12 @@ def check_op_limit(count: int) -> None:
     counts ops, not net changes: a changeset's revisions are at most its ops,
     so the bound holds for the changeset, and a request is refused the same
     way whatever state it meets. A caller that knows its count before calling
-    (an import file) may call it first to refuse without locking anything.
+    (an import file) may call it first to refuse without locking anything;
+    ``what`` names the request in the detail ("Merging branch 'x'").
     """
     limit = settings.ATLAS_MAX_BATCH_OPS
     if count > limit:
-        raise TooManyOps(count, limit)
+        raise TooManyOps(count, limit, what=what)
 
 
 def changeset_apply(

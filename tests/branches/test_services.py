@@ -303,8 +303,8 @@ def test_merge_over_the_op_limit_is_refused_before_the_plan_is_loaded(
 ):
     import branches.services as services
 
-    settings.ATLAS_MAX_BATCH_OPS = 2
     bwrite(writer, seeded, ops=[PutOp(key(f"{NS}/order/{s}"), {"n": 9}) for s in "abcd"])
+    settings.ATLAS_MAX_BATCH_OPS = 2  # after the branch writes, which the limit binds too
     before = log_snapshot()
 
     def no_plan(**kwargs):
@@ -322,8 +322,8 @@ def test_a_merge_over_the_limit_is_refused_only_after_the_permission_check(
     make_user, writer, bwrite, seeded, settings
 ):
     """The 413 counts every change; a caller who may not land them learns no count."""
-    settings.ATLAS_MAX_BATCH_OPS = 1
     bwrite(writer, seeded, ops=[PutOp(key(f"{NS}/order/{s}"), {"n": 9}) for s in "ab"])
+    settings.ATLAS_MAX_BATCH_OPS = 1
     with pytest.raises(PermissionDenied):
         branch_merge(branch=seeded, actor=make_user("rita", reader=[NS]))
 

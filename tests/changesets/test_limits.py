@@ -46,9 +46,10 @@ def puts(n: int, *, prefix: str = "e") -> list[PutOp]:
     return [PutOp(key(f"{NS}/event/{prefix}{i}"), {"i": i}) for i in range(n)]
 
 
-def assert_too_many(response: Any, count: int, limit: int) -> dict[str, Any]:
+def assert_too_many(response: Any, count: int, limit: int, *, what: str = "") -> dict[str, Any]:
     body = assert_problem(response, 413)
-    assert body["detail"] == f"{count} ops; the limit is {limit}"
+    detail = f"{count} ops; the limit is {limit}"
+    assert body["detail"] == (f"{what} would write {detail}." if what else detail)
     assert body["type"].endswith("/too-many-ops")
     assert (body["op_count"], body["limit"]) == (count, limit)
     return body
@@ -209,7 +210,7 @@ def test_a_merge_over_the_limit_is_413_and_the_branch_stays_open(api, root, name
             response = api.post(
                 f"{API}/branches/feature/merge", {"dry_run": dry_run}, format="json"
             )
-            assert_too_many(response, 4, 3)
+            assert_too_many(response, 4, 3, what="Merging branch 'feature'")
     assert_nothing_written(snapshot)
     assert Branch.objects.get(name="feature").status == BranchStatus.OPEN
     merged = api.post(f"{API}/branches/feature/merge", {}, format="json")
