@@ -296,8 +296,10 @@ def _check_precondition(op: WriteOp, state: _KeyState) -> None:
             )
         allowed = if_match if isinstance(if_match, tuple) else (if_match,)
         if if_match != "*" and state.version not in allowed:
+            *others, last = map(str, allowed)
+            wanted = f"{', '.join(others)} or {last}" if others else last
             raise PreconditionFailed(
-                f"{op.key} is at version {state.version}, not {if_match}.", pointer=op.pointer
+                f"{op.key} is at version {state.version}, not {wanted}.", pointer=op.pointer
             )
     if isinstance(op, PutOp) and op.if_none_match and state.exists:
         raise PreconditionFailed(f"{op.key} already exists.", pointer=op.pointer)

@@ -1,0 +1,131 @@
+"""Input hardening (API.md "Limits and visibility (added)"): a malformed ``If-Match``
+is 422, a name made only of dots is refused (422 in bodies, 404 in paths), and
+``as_of_time`` copied from a changeset's displayed ``at`` includes that changeset.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from changesets.models import Changeset
+from tests.atlas.test_errors import assert_problem
+from tests.entities.factories import UserFactory
+
+API = "/api/v1"
+NS = "acme.orders"
+ENTITY = f"{API}/entities/{NS}/event/order.placed"
+IF_MATCH_POINTER = "/headers/If-Match"
+
+
+@pytest.fixture
+def root(db):
+    return UserFactory(username="root", is_superuser=True, is_staff=True)
+
+
+@pytest.fixture
+def api(client_for, writer):
+    return client_for(writer)
+
+
+@pytest.fixture
+def existing(write, writer):
+    """``acme.orders/event/order.placed`` at version 1."""
+    return write(writer, f"{NS}/event/order.placed", {"title": "Order placed"})
+
+
+def send(api: Any, method: str, if_match: str) -> Any:
+    headers = {"If-Match": if_match}
+    if method == "put":
+        return api.put(ENTITY, {"content": {"title": "v2"}}, format="json", headers=headers)
+    if method == "patch":
+        return api.patch(ENTITY, {"patch": {"title": "v2"}}, format="json", headers=headers)
+    return api.delete(ENTITY, headers=headers)
+
+
+# --- If-Match ------------------------------------------------------------------------------
+
+MALFORMED_IF_MATCH = [
+    "1",
+    '""',
+    '"abc"',
+    "W/",
+    "**",
+    '"1"junk',
+    "",
+    "   ",
+    ",",
+    '"1" "2"',
+    '*, "1"',
+    'W/"1',
+    '"-1"',
+    '"01"',
+    '"1.0"',
+    'w/"1"',
+    "'1'",
+    "garbage",
+]
+
+
+@pytest.mark.parametrize("if_match", MALFORMED_IF_MATCH)
+@pytest.mark.parametrize("method", ["put", "patch", "delete"])
+def test_a_malformed_if_match_is_422_with_a_header_pointer(api, existing, method, if_match):
+    body = assert_problem(
+        send(api, method, if_match),
+        422,
+        pointer=IF_MATCH_POINTER,
+        error_pointers=[IF_MATCH_POINTER],
+    )
+    assert "malformed if-match" in body["detail"].lower()
+    if "-1" not in if_match:
+        assert "-1" not in json.dumps(body)
+    assert Changeset.objects.count() == 1
+
+
+@pytest.mark.parametrize("if_match", ["1", '"abc"', ""])
+def test_a_malformed_if_match_on_a_missing_entity_is_422_not_412(api, namespace, if_match):
+    response = api.put(ENTITY, {"content": {"a": 1}}, format="json", headers={"If-Match": if_match})
+    assert_problem(response, 422, pointer=IF_MATCH_POINTER)
+    assert not Changeset.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "if_match",
+    ['"7", "1"', '"1","2"', 'W/"9" ,\t"1"', '"2", W/"1"', ', "1",', '"1",, "3"', ' "1" ', "\t*"],
+)
+def test_a_list_of_entity_tags_matches_when_any_of_them_does(api, existing, if_match):
+    response = send(api, "put", if_match)
+    assert response.status_code == 200, response.content
+    assert response.json()["entity"]["version"] == 2
+
+
+def test_a_list_of_entity_tags_none_of_which_matches_is_412_naming_them(api, existing):
+    body = assert_problem(send(api, "put", '"7", W/"0", "12"'), 412)
+    assert body["detail"].endswith("is at version 1, not 7, 0 or 12.")
+    assert "(" not in body["detail"]
+
+
+def test_a_well_formed_tag_that_never_matches_is_412_without_internal_values(api, existing):
+    body = assert_problem(send(api, "delete", '"0"'), 412)
+    assert "-1" not in body["detail"]
+    assert body["detail"].endswith("is at version 1, not 0.")
+
+
+def test_batch_if_match_in_bodies_keeps_its_integer_or_star_rule(api, existing):
+    op = {"op": "put", "namespace": NS, "kind": "event", "slug": "order.placed", "content": {}}
+    response = api.post(f"{API}/batch", {"ops": [{**op, "if_match": '"1"'}]}, format="json")
+    assert_problem(response, 422, error_pointers=["/ops/0/if_match"])
+    response = api.post(f"{API}/batch", {"ops": [{**op, "if_match": 1}]}, format="json")
+    assert response.status_code == 200, response.content
+
+
+def test_the_schema_describes_if_match_with_the_grammar_the_server_parses(root, client_for):
+    schema = client_for(root).get("/api/schema/", {"format": "json"}).json()
+    operation = schema["paths"]["/api/v1/entities/{namespace}/{kind}/{slug}"]["put"]
+    [header] = [p for p in operation["parameters"] if p["name"] == "If-Match"]
+    pattern = re.compile(header["schema"]["pattern"])
+    assert pattern.fullmatch('"1", W/"2"') and pattern.fullmatch("*")
+    assert not any(pattern.fullmatch(value) for value in MALFORMED_IF_MATCH if value.strip())
