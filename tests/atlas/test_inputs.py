@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from changesets.models import Changeset
+from entities.models import Entity
 from tests.atlas.test_errors import assert_problem
 from tests.entities.factories import UserFactory
 
@@ -129,3 +130,126 @@ def test_the_schema_describes_if_match_with_the_grammar_the_server_parses(root, 
     pattern = re.compile(header["schema"]["pattern"])
     assert pattern.fullmatch('"1", W/"2"') and pattern.fullmatch("*")
     assert not any(pattern.fullmatch(value) for value in MALFORMED_IF_MATCH if value.strip())
+
+
+# --- names made only of dots -------------------------------------------------------------
+
+DOTS = [".", "..", "..."]
+
+
+def batch_op(**fields: Any) -> dict[str, Any]:
+    return {"op": "put", "namespace": NS, "kind": "event", "slug": "x", "content": {}, **fields}
+
+
+@pytest.mark.parametrize("value", DOTS)
+@pytest.mark.parametrize("field", ["namespace", "kind", "slug"])
+@pytest.mark.parametrize("op_name", ["put", "patch", "delete"])
+def test_a_batch_name_made_only_of_dots_is_422(api, namespace, field, value, op_name):
+    op = batch_op(op=op_name, **{field: value})
+    op.pop("content")
+    if op_name == "put":
+        op["content"] = {}
+    if op_name == "patch":
+        op["patch"] = {}
+    response = api.post(f"{API}/batch", {"ops": [op]}, format="json")
+    assert_problem(response, 422, error_pointers=[f"/ops/0/{field}"])
+    assert not Changeset.objects.exists()
+
+
+@pytest.mark.parametrize("value", DOTS)
+@pytest.mark.parametrize("field", ["namespace", "kind"])
+def test_a_delete_by_query_name_made_only_of_dots_is_422(api, namespace, field, value):
+    body = {"namespace": NS, field: value}
+    response = api.post(f"{API}/delete-by-query", body, format="json")
+    assert_problem(response, 422, error_pointers=[f"/{field}"])
+
+
+@pytest.mark.parametrize("value", DOTS)
+def test_a_namespace_made_only_of_dots_cannot_be_created(root, client_for, value):
+    response = client_for(root).post(f"{API}/namespaces", {"name": value}, format="json")
+    assert_problem(response, 422, error_pointers=["/name"])
+
+
+@pytest.mark.parametrize("value", DOTS)
+def test_a_subscription_namespace_made_only_of_dots_is_422(root, client_for, settings, value):
+    settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS = True
+    body = {"name": "hook", "url": "http://127.0.0.1:9/hook", "namespaces": [value]}
+    response = client_for(root).post(f"{API}/subscriptions", body, format="json")
+    assert_problem(response, 422, error_pointers=["/namespaces/0"])
+
+
+@pytest.mark.parametrize("value", DOTS)
+@pytest.mark.parametrize("field", ["namespace", "kind", "slug"])
+def test_an_imported_name_made_only_of_dots_fails_the_file_at_its_line(
+    root, client_for, namespace, field, value
+):
+    """Import keeps its strict-file rule (API.md): a bad op line is 400 at that line."""
+    envelope = {
+        "schema_version": 1,
+        "changeset_id": "0193a1c2-0000-7000-8000-000000000000",
+        "author": "someone",
+        "at": "2026-01-02T03:04:05.678Z",
+        "rpc": "BatchMutate",
+        "branch": "",
+        "comment": "",
+    }
+    op = {"op": "create", "namespace": NS, "kind": "event", "slug": "x", "before": None}
+    op = {**op, "after": {"v": 1}, field: value}
+    text = json.dumps(envelope) + "\n" + json.dumps(op) + "\n"
+    response = client_for(root).post(
+        f"{API}/changesets/import", data=text, content_type="application/x-ndjson"
+    )
+    assert_problem(response, 400, pointer="/line/2")
+    assert not Changeset.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{NS}/event/.",
+        f"{NS}/event/..",
+        f"{NS}/event/...",
+        f"{NS}/./x",
+        f"{NS}/../x",
+        "./event/x",
+        "../event/x",
+    ],
+)
+@pytest.mark.parametrize("method", ["get", "put", "patch", "delete", "history"])
+def test_a_path_name_made_only_of_dots_is_404(api, namespace, path, method):
+    url = f"{API}/entities/{path}"
+    if method == "history":
+        response = api.get(url + "/history")
+    elif method == "put":
+        response = api.put(url, {"content": {}}, format="json")
+    elif method == "patch":
+        response = api.patch(url, {"patch": {}}, format="json")
+    else:
+        response = getattr(api, method)(url)
+    assert_problem(response, 404)
+    assert not Changeset.objects.exists()
+
+
+@pytest.mark.parametrize("value", [".", ".."])
+def test_a_namespace_path_made_only_of_dots_is_404(root, client_for, value):
+    assert_problem(client_for(root).get(f"{API}/namespaces/{value}"), 404)
+
+
+def test_slugs_with_dots_among_other_characters_stay_valid(api, namespace):
+    for slug in (".a", "a..", "..a..", "order.placed", "-.", "_"):
+        response = api.put(f"{API}/entities/{NS}/event/{slug}", {"content": {}}, format="json")
+        assert response.status_code == 201, (slug, response.content)
+
+
+def test_a_dots_only_entity_written_before_the_rule_can_still_be_deleted_by_query(
+    api, write, writer
+):
+    """The write service takes any key (imports and reverts replay old ones); the API
+    refuses new dots-only names, and delete-by-query's prefix still reaches old ones."""
+    write(writer, f"{NS}/event/..", {"old": True})
+    response = api.post(
+        f"{API}/delete-by-query", {"namespace": NS, "slug_prefix": "."}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["deleted"] == 1
+    assert not Entity.objects.exists()
