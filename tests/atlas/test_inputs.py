@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
-from changesets.models import Changeset
+from atlas.api.render import rfc3339
+from changesets import chain
+from changesets.models import Changeset, LogHead, Revision
 from entities.models import Entity
 from tests.atlas.test_errors import assert_problem
 from tests.entities.factories import UserFactory
@@ -253,3 +257,106 @@ def test_a_dots_only_entity_written_before_the_rule_can_still_be_deleted_by_quer
     assert response.status_code == 200, response.content
     assert response.json()["deleted"] == 1
     assert not Entity.objects.exists()
+
+
+# --- as_of_time at the displayed precision -------------------------------------------------
+
+
+def test_as_of_time_copied_from_a_write_response_includes_that_write(api, namespace):
+    written = api.put(ENTITY, {"content": {"title": "first"}}, format="json").json()
+    at = written["changeset"]["at"]
+    response = api.get(ENTITY, {"as_of_time": at})
+    assert response.status_code == 200, response.content
+    assert response.json()["as_of"]["changeset_id"] == written["changeset"]["id"]
+    assert response.json()["content"] == {"title": "first"}
+    listed = api.get(f"{API}/entities", {"as_of_time": at}).json()
+    assert listed["as_of"]["changeset_id"] == written["changeset"]["id"]
+    assert [e["slug"] for e in listed["results"]] == ["order.placed"]
+
+
+def test_as_of_time_one_millisecond_before_a_write_excludes_it(api, namespace, existing):
+    written = api.put(ENTITY, {"content": {"title": "second"}}, format="json").json()
+    at = Changeset.objects.get(pk=written["changeset"]["id"]).at
+    before = rfc3339(at - timedelta(milliseconds=1))
+    response = api.get(ENTITY, {"as_of_time": before})
+    assert response.status_code == 200, response.content
+    assert response.json()["content"] == {"title": "Order placed"}
+
+
+def test_changeset_at_is_stored_at_millisecond_precision(api, namespace):
+    for n in range(5):
+        body = api.put(ENTITY, {"content": {"n": n}}, format="json").json()
+        changeset = Changeset.objects.get(pk=body["changeset"]["id"])
+        assert changeset.at.microsecond % 1000 == 0
+        assert rfc3339(changeset.at) == body["changeset"]["at"]
+        assert {r.at for r in Revision.objects.filter(changeset=changeset)} == {changeset.at}
+        entity = Entity.objects.get()
+        assert entity.updated_at == changeset.at
+    assert LogHead.objects.get(pk=1).at.microsecond % 1000 == 0
+
+
+def _give_the_newest_changeset_microseconds(extra_us: int) -> Changeset:
+    """Make the newest changeset look written before the millisecond rule: its ``at``
+    (and its revisions', and the log head's) gains ``extra_us`` microseconds, and its
+    hash is recomputed, as the old write path would have hashed it."""
+    newest = Changeset.objects.order_by("-seq").first()
+    assert newest is not None
+    at = newest.at + timedelta(microseconds=extra_us)
+    newest.at = at
+    revisions = list(Revision.objects.filter(changeset=newest).order_by("id"))
+    new_hash = chain.changeset_hash(
+        prev_hash=newest.prev_hash,
+        changeset=newest,
+        revisions_hex=chain.revisions_digest(revisions),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE changesets_changeset DISABLE TRIGGER changeset_append_only")
+        cursor.execute("ALTER TABLE changesets_revision DISABLE TRIGGER revision_append_only")
+        cursor.execute(
+            "UPDATE changesets_changeset SET at = %s, hash = %s WHERE id = %s",
+            [at, new_hash, newest.id],
+        )
+        cursor.execute(
+            "UPDATE changesets_revision SET at = %s WHERE changeset_id = %s", [at, newest.id]
+        )
+        cursor.execute(
+            "UPDATE changesets_loghead SET at = %s, hash = %s WHERE id = 1", [at, new_hash]
+        )
+        cursor.execute("ALTER TABLE changesets_changeset ENABLE TRIGGER changeset_append_only")
+        cursor.execute("ALTER TABLE changesets_revision ENABLE TRIGGER revision_append_only")
+    return Changeset.objects.get(pk=newest.pk)
+
+
+def _verify() -> chain.Break | None:
+    def pairs():
+        for changeset in Changeset.objects.order_by("seq"):
+            yield changeset, list(Revision.objects.filter(changeset=changeset).order_by("id"))
+
+    return chain.verify(pairs(), head=LogHead.objects.get(pk=1))[1]
+
+
+def test_an_old_changeset_with_microseconds_is_found_at_its_displayed_time(api, namespace):
+    api.put(ENTITY, {"content": {"title": "old"}}, format="json")
+    old = _give_the_newest_changeset_microseconds(999)
+    assert old.at.microsecond % 1000 == 999
+    assert _verify() is None
+    shown = rfc3339(old.at)
+    response = api.get(ENTITY, {"as_of_time": shown})
+    assert response.status_code == 200, response.content
+    assert response.json()["as_of"]["changeset_id"] == str(old.id)
+    assert response.json()["as_of"]["at"] == shown
+
+
+def test_new_changesets_chain_on_from_old_microsecond_rows_and_verify(api, namespace):
+    api.put(ENTITY, {"content": {"title": "old"}}, format="json")
+    old = _give_the_newest_changeset_microseconds(456)
+    body = api.put(ENTITY, {"content": {"title": "new"}}, format="json").json()
+    new = Changeset.objects.get(pk=body["changeset"]["id"])
+    assert new.prev_hash == old.hash
+    assert new.at.microsecond % 1000 == 0
+    # Never backwards at the precision responses show.
+    assert rfc3339(new.at) >= rfc3339(old.at)
+    assert _verify() is None
+    response = api.get(ENTITY, {"as_of_time": body["changeset"]["at"]})
+    assert response.json()["as_of"]["changeset_id"] == str(new.id)
