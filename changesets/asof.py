@@ -102,9 +102,19 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
 
     Changesets the caller cannot see touched only namespaces they cannot read,
     so the state they see right after this one is the state at ``at``.
+
+    Times compare at milliseconds, the precision responses show: ``at`` names
+    its whole millisecond, so a changeset's displayed ``at`` includes it even
+    when an older row stored microseconds (new rows store milliseconds:
+    ``changesets.services.log_clock``). Ties within a millisecond go to the
+    highest seq.
     """
+    end_of_ms = at.replace(microsecond=at.microsecond - at.microsecond % 1000 + 999)
     return (
-        visible_changesets(namespaces).filter(branch=BASELINE, at__lte=at).order_by("-seq").first()
+        visible_changesets(namespaces)
+        .filter(branch=BASELINE, at__lte=end_of_ms)
+        .order_by("-seq")
+        .first()
     )
 
 

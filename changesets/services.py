@@ -320,8 +320,10 @@ def _check_precondition(op: WriteOp, state: _KeyState) -> None:
             )
         allowed = if_match if isinstance(if_match, tuple) else (if_match,)
         if if_match != "*" and state.version not in allowed:
+            *others, last = map(str, allowed)
+            wanted = f"{', '.join(others)} or {last}" if others else last
             raise PreconditionFailed(
-                f"{op.key} is at version {state.version}, not {if_match}.", pointer=op.pointer
+                f"{op.key} is at version {state.version}, not {wanted}.", pointer=op.pointer
             )
     if isinstance(op, PutOp) and op.if_none_match and state.exists:
         raise PreconditionFailed(f"{op.key} already exists.", pointer=op.pointer)
@@ -508,7 +510,7 @@ def _apply_once(
         )
 
     changeset_id: UUID = uuid6.uuid7()
-    now = timezone.now()
+    now = log_clock()
     # The baseline's entity writes run in the log statement itself (one round
     # trip); another store writes its rows first, then the log statement runs.
     entity_sql = None
@@ -567,6 +569,20 @@ def _apply_once(
     )
 
 
+def log_clock() -> datetime:
+    """Now, truncated to the millisecond: the precision of a changeset's ``at``.
+
+    Responses show times with milliseconds (API.md), so storing more would make
+    a time copied from a response name a moment just *before* the changeset it
+    came from (``as_of_time`` would miss it). Entity rows take the same value,
+    so an entity's ``updated_at`` is its last changeset's ``at``. Rows written
+    before this rule keep their microseconds; ``changesets.asof.as_of_time``
+    compares at milliseconds for them.
+    """
+    now = timezone.now()
+    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
+
+
 class _HeadMissing(Exception):
     """The log head's row is gone (a flushed test database); recreate it, retry."""
 
@@ -592,8 +608,9 @@ def _write_log(
     written (the update reads their row counts first) and never waits on a
     round trip to Python while held; the transaction holds it to COMMIT, so seq
     order is commit order (invariant 6). ``at`` is ``now`` (the time the entity
-    rows carry) unless a changeset that committed first had a later clock
-    reading, so ``at`` never runs backwards in seq order.
+    rows carry, in milliseconds: :func:`log_clock`) unless a changeset that
+    committed first had a later clock reading, so ``at`` never runs backwards
+    in seq order.
 
     Revision rows are inserted from column arrays in written order (ids follow
     it, and the chain digests revisions in id order); the images go over as
@@ -614,7 +631,12 @@ def _write_log(
     befores = json_array(c.before_text for c in changes)
     afters = json_array(c.after_text for c in changes)
     cs = changeset
-    at = "GREATEST(%(now)s::timestamptz, COALESCE(at, %(now)s::timestamptz))"
+    # Truncated again in SQL: a log head written before the millisecond rule
+    # may still hold microseconds.
+    at = (
+        "date_trunc('milliseconds',"
+        " GREATEST(%(now)s::timestamptz, COALESCE(at, %(now)s::timestamptz)))"
+    )
     prev = f"COALESCE(NULLIF(hash, ''), '{chain.GENESIS}')"
     new_hash = chain.hash_sql(prev=prev, at=at, seq="seq + 1", middle="%(middle)s")
     if entity_sql is not None:

@@ -15,13 +15,16 @@ from django.conf import settings
 
 NAMESPACE_RE = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 KIND_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-SLUG_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+# A slug made only of dots (".", "..") is refused: HTTP clients resolve such a
+# path segment away (RFC 3986 5.2.4), so nobody could address the entity.
+# Namespaces and kinds cannot be dots by their own patterns.
+SLUG_RE = re.compile(r"^(?!\.+$)[A-Za-z0-9._-]{1,200}$")
 NAMESPACE_MAX_LENGTH = 200
 KIND_MAX_LENGTH = 100
 
 MSG_NAMESPACE = "Namespace must be dotted lowercase segments of [a-z0-9_-]."
 MSG_KIND = "Kind must match [a-z][a-z0-9_]*."
-MSG_SLUG = "Slug must be 1-200 characters of [A-Za-z0-9._-]."
+MSG_SLUG = "Slug must be 1-200 characters of [A-Za-z0-9._-], not only dots."
 MSG_CONTENT_OBJECT = "Content must be a JSON object."
 MSG_BAD_TEXT = "Text may not contain U+0000, and nesting may not exceed 64 levels."
 MSG_CONTENT_TOO_LARGE = "Content is {size} bytes encoded; the limit is {limit}."

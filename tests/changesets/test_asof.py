@@ -27,7 +27,7 @@ from changesets.ops import DeleteOp, PutOp, canonical
 from changesets.services import changeset_apply
 from entities.store import EntityKey, Locked, baseline, namespaces_of
 from tests.atlas.test_errors import assert_problem
-from tests.entities.factories import NamespaceFactory
+from tests.entities.factories import NamespaceFactory, UserFactory
 
 API = "/api/v1"
 NAMESPACES = ("acme.billing", "acme.orders")
@@ -339,6 +339,23 @@ def test_as_of_time_picks_the_newest_changeset_at_or_before(staff, namespaces, a
         response = api.get(entity_url(k), {"as_of_time": stamp(cs.at)})
         assert response.status_code == 200, response.content
         assert response.json()["as_of"]["seq"] >= cs.seq
+
+
+def test_as_of_time_names_its_whole_millisecond(namespaces, client_for):
+    """Times have millisecond precision (API.md): every instant inside a changeset's
+    millisecond, its displayed ``at`` first, includes it; the instant before does not."""
+    root = UserFactory(username="root-ms", is_superuser=True, is_staff=True)
+    api = client_for(root)
+    history = build_history(root, 4, changesets=1)
+    [cs], k = history.changesets, next(iter(history.states[0]))
+    assert cs.at.microsecond % 1000 == 0
+    for moment in (cs.at, cs.at + timedelta(microseconds=1), cs.at + timedelta(microseconds=999)):
+        response = api.get(entity_url(k), {"as_of_time": stamp(moment)})
+        assert response.status_code == 200, (moment, response.content)
+        assert response.json()["as_of"]["changeset_id"] == str(cs.id)
+    assert response.json()["as_of"]["at"] == rfc3339(cs.at)
+    earlier = stamp(cs.at - timedelta(microseconds=1))
+    assert_problem(api.get(entity_url(k), {"as_of_time": earlier}), 404)
 
 
 def test_as_of_time_before_the_first_changeset_is_404(staff, namespaces, api):

@@ -119,6 +119,9 @@ SEMANTIC_REJECTIONS: list[tuple[int, str, str | None]] = [
     (422, "/namespaces/", "No such namespace"),
     # An NDJSON file's lines are JSON documents with a strict shape: a bad file is 400.
     (400, "/line/", None),
+    # If-Match is "*" or a list of quoted entity tags (RFC 9110), described in words:
+    # any other header value is 422 (docs/api.md, Input rules).
+    (422, "/headers/If-Match", "Malformed If-Match"),
     # Content and patches: no U+0000 anywhere, nesting at most 64 levels (docs/api.md).
     (422, "/content", "U+0000"),
     (422, "/patch", "U+0000"),
