@@ -28,7 +28,7 @@ from datetime import datetime
 from django.db import connection
 
 from changesets.models import BASELINE, Changeset
-from changesets.selectors import visible_changesets
+from changesets.selectors import end_of_millisecond, visible_changesets
 from entities.store import EntityKey, StoredEntity, entity_filters, row_to_entity
 
 # The key's hash as ``revision_asof`` indexes it (migration 0007): the planner
@@ -109,10 +109,9 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
     ``changesets.services.log_clock``). Ties within a millisecond go to the
     highest seq.
     """
-    end_of_ms = at.replace(microsecond=at.microsecond - at.microsecond % 1000 + 999)
     return (
         visible_changesets(namespaces)
-        .filter(branch=BASELINE, at__lte=end_of_ms)
+        .filter(branch=BASELINE, at__lte=end_of_millisecond(at))
         .order_by("-seq")
         .first()
     )

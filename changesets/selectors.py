@@ -28,6 +28,17 @@ OP_FIELDS = (
 )
 
 
+def end_of_millisecond(at: datetime) -> datetime:
+    """The last microsecond of ``at``'s millisecond.
+
+    Responses show times at milliseconds, so a time a client copies from one
+    names its whole millisecond: an upper bound (``until``, ``as_of_time``)
+    must include a row stored with microseconds before ``at`` was truncated
+    (new rows store milliseconds: ``changesets.services.log_clock``).
+    """
+    return at.replace(microsecond=at.microsecond - at.microsecond % 1000 + 999)
+
+
 def entity_history(
     *, key: EntityKey, branch: str = BASELINE, before_seq: int | None = None, limit: int = 50
 ) -> list[Revision]:
@@ -108,7 +119,7 @@ def changeset_list(
     if since is not None:
         qs = qs.filter(at__gte=since)
     if until is not None:
-        qs = qs.filter(at__lte=until)
+        qs = qs.filter(at__lte=end_of_millisecond(until))
     if before_seq is not None:
         qs = qs.filter(seq__lt=before_seq)
     return list(qs.order_by("-seq")[:limit])

@@ -105,7 +105,9 @@ class ChangesetListView(APIView):
             OpenApiParameter("author", {"type": "string", "pattern": r"^[^\x00]*$"}),
             OpenApiParameter("rpc", OpenApiTypes.STR, enum=[r.value for r in Rpc]),
             OpenApiParameter("since", OpenApiTypes.DATETIME, description="at >= since"),
-            OpenApiParameter("until", OpenApiTypes.DATETIME, description="at <= until"),
+            OpenApiParameter(
+                "until", OpenApiTypes.DATETIME, description="at <= until (its whole millisecond)"
+            ),
             *_PAGE_PARAMS,
         ],
         responses={200: ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},

@@ -348,6 +348,15 @@ def test_an_old_changeset_with_microseconds_is_found_at_its_displayed_time(api, 
     assert response.json()["as_of"]["at"] == shown
 
 
+def test_changesets_until_and_since_a_displayed_at_include_that_changeset(api, namespace):
+    api.put(ENTITY, {"content": {"title": "old"}}, format="json")
+    old = _give_the_newest_changeset_microseconds(999)
+    shown = rfc3339(old.at)
+    for bound in ("until", "since"):
+        listed = api.get(f"{API}/changesets", {bound: shown}).json()["results"]
+        assert [c["id"] for c in listed] == [str(old.id)], bound
+
+
 def test_new_changesets_chain_on_from_old_microsecond_rows_and_verify(api, namespace):
     api.put(ENTITY, {"content": {"title": "old"}}, format="json")
     old = _give_the_newest_changeset_microseconds(456)
