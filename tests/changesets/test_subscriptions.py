@@ -1,4 +1,5 @@
-"""Subscriptions API (staff): create with a secret shown once, read, change, delete."""
+"""Subscriptions API (superusers): create with a secret shown once, read, change, delete,
+rotate the secret, retry or skip a parked delivery; the SSRF address rule."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import yaml
 from changesets import feed
 from changesets.models import Subscription
 from changesets.subscriptions import check_webhook_url
-from tests.entities.factories import NamespaceFactory
+from tests.entities.factories import NamespaceFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -29,6 +30,8 @@ FIELDS = {
     "consecutive_failures",
     "next_attempt_at",
     "deliveries",
+    "parked",
+    "previous_secret_expires_at",
     "created_at",
     "updated_at",
 }
@@ -53,8 +56,13 @@ def public_dns(monkeypatch, settings):
 
 
 @pytest.fixture
-def api(staff, client_for):
-    return client_for(staff)
+def root(db):
+    return UserFactory(username="root", is_superuser=True, is_staff=True)
+
+
+@pytest.fixture
+def api(root, client_for):
+    return client_for(root)
 
 
 @pytest.fixture
@@ -71,7 +79,7 @@ def create(api, **body):
     return api.post(API, body, format="json")
 
 
-def test_staff_creates_a_subscription_and_sees_the_secret_once(api, namespace, woken):
+def test_a_superuser_creates_a_subscription_and_sees_the_secret_once(api, namespace, woken):
     response = create(api, namespaces=[NS], capture="new_row")
 
     assert response.status_code == 201, response.content
@@ -180,20 +188,34 @@ def test_unknown_subscription_is_404(api, db, bad_id):
     assert api.get(f"{API}/{bad_id}").status_code == 404
 
 
-def test_only_staff_manage_subscriptions(make_user, client_for, namespace, api, woken):
+@pytest.mark.parametrize("who", ["maintainer", "staff"])
+def test_only_superusers_manage_subscriptions(make_user, client_for, namespace, api, woken, who):
+    # Old rule: staff managed subscriptions. Now superusers only; is_staff grants nothing.
     body = create(api).json()
-    maintainer = client_for(make_user("mia", maintainer=[NS]))
+    if who == "maintainer":
+        user = make_user("mia", maintainer=[NS])
+    else:
+        user = make_user("sam", staff=True)
+    other = client_for(user)
+    item = f"{API}/{body['id']}"
     for response in (
-        maintainer.get(API),
-        maintainer.post(API, {"name": "x", "url": URL}, format="json"),
-        maintainer.get(f"{API}/{body['id']}"),
-        maintainer.patch(f"{API}/{body['id']}", {"name": "y"}, format="json"),
-        maintainer.delete(f"{API}/{body['id']}"),
+        other.get(API),
+        other.post(API, {"name": "x", "url": URL}, format="json"),
+        other.get(item),
+        other.patch(item, {"name": "y"}, format="json"),
+        other.delete(item),
+        other.post(f"{item}/rotate-secret"),
+        other.post(f"{item}/retry"),
+        other.post(f"{item}/skip"),
     ):
         assert response.status_code == 403
         assert response["Content-Type"] == "application/problem+json"
-    assert client_for(None).get(API).status_code == 401
-    assert Subscription.objects.get(pk=body["id"]).name == "search index"
+    anonymous = client_for(None)
+    assert anonymous.get(API).status_code == 401
+    for action in ("rotate-secret", "retry", "skip"):
+        assert anonymous.post(f"{item}/{action}").status_code == 401
+    stored = Subscription.objects.get(pk=body["id"])
+    assert stored.name == "search index" and stored.secret == body["secret"]
 
 
 @pytest.mark.parametrize(
