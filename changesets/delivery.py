@@ -5,13 +5,19 @@ One pump run (:func:`subscription_pump`) repeats, page by page:
 1. Claim the subscription row with ``SELECT … FOR UPDATE SKIP LOCKED``. A
    row another worker holds means a delivery is in progress there: this run
    leaves ("busy"), so two workers never deliver one subscription at once and
-   pages go out in seq order.
+   pages go out in seq order. A parked subscription is left alone ("parked").
 2. Read the next feed page after the durable cursor (the subscription's
-   namespaces and capture mode).
-3. POST it, signed, holding the row lock. A 2xx advances the cursor in the
-   same transaction; anything else (status, timeout, refused connection)
-   records the error and sets the next attempt time (exponential backoff
-   with jitter), and a retry is scheduled.
+   namespaces and capture mode) and choose what this delivery holds
+   (:func:`plan_delivery`): whole changesets within
+   ``ATLAS_WEBHOOK_PAGE_SIZE`` records and ``ATLAS_WEBHOOK_MAX_BODY_BYTES``
+   bytes, or the next part of a changeset too big for one delivery.
+3. POST it, signed (Standard Webhooks, plus the deprecated
+   ``X-Atlas-Signature``), holding the row lock. A 2xx advances the cursor
+   (after a changeset's last part only) in the same transaction; anything
+   else (status, timeout, refused connection) records the error and sets the
+   next attempt time (exponential backoff with jitter), and a retry is
+   scheduled. After ``ATLAS_WEBHOOK_MAX_ATTEMPTS`` failures the delivery
+   parks (one changeset), or narrows first (several).
 4. Commit, releasing the lock; go on while there are pages.
 
 A worker killed between the POST and the commit leaves the cursor where it
@@ -355,12 +361,13 @@ def _split(sizes: Sequence[int], *, overhead: int) -> list[tuple[int, int]]:
     runs: list[tuple[int, int]] = []
     start = 0
     while start < len(sizes):
-        end = start + 1
+        end, total = start + 1, overhead + sizes[start]
         while (
             end < len(sizes)
             and end - start < max_records
-            and _body_size(overhead, sizes[start : end + 1]) <= max_bytes
+            and total + 1 + sizes[end] <= max_bytes  # 1: the comma before it
         ):
+            total += 1 + sizes[end]
             end += 1
         runs.append((start, end))
         start = end
