@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import re
 import socket
 import time
@@ -500,3 +501,58 @@ def test_ipv6_wrappers_of_private_ipv4_are_refused_at_delivery(
 
     assert connects == []
     assert "non-public" in refresh(sub).last_error
+
+
+# --- the size arithmetic, against the bodies themselves ------------------------------------------
+
+
+ENVELOPE_MARGIN = 40
+
+
+@pytest.mark.parametrize("limit", [1500, 2200, 4096, 9000])
+def test_planned_parts_are_the_largest_bodies_within_the_limit(staff, namespace, settings, limit):
+    """Witness for the size estimate: each part's real body fits, and one more record
+    would not have fitted but for the envelope's margin (parts are sized with an
+    upper bound of the envelope: 10-digit part numbers and the final cursor)."""
+    settings.ATLAS_WEBHOOK_MAX_BODY_BYTES = limit
+    ops = [PutOp(key(f"{NS}/order/w{j}"), {"blob": "é" * (37 * j % 400)}) for j in range(40)]
+    changeset_apply(store=baseline, actor=staff, ops=ops, rpc=Rpc.BATCH_MUTATE)
+    sub = subscribe("http://127.0.0.1:9/a")
+    page = feed.feed_page(after_seq=0, namespaces=None, limit=100)
+    seen: list[str] = []
+    while True:
+        out = delivery.plan_delivery(sub, page)
+        assert not out.oversize
+        assert len(out.body) <= limit
+        document = json.loads(out.body)
+        seen += [r["event_id"] for r in document["records"]]
+        if out.last_part:
+            break
+        start = out.offset + out.records
+        bigger = feed.FeedPage(
+            records=page.records[out.offset : start + 1],
+            after_seq=page.after_seq,
+            last_seq=page.after_seq,
+            capture=page.capture,
+            watermark=page.watermark,
+        )
+        grown = delivery.page_body(sub, bigger, out.delivery, part=out.part, parts=out.parts)
+        assert len(grown) > limit - ENVELOPE_MARGIN
+        sub.part_seq, sub.part_offset, sub.parts_done = out.seq, start, out.part
+    assert seen == [r["event_id"] for r in page.records]
+
+
+def test_the_admin_shows_a_parked_subscription(root, namespace, client):
+    sub = subscribe("http://127.0.0.1:9/a", name="dead-letter")
+    Subscription.objects.filter(pk=sub.pk).update(
+        parked_seq=7, parked_part=2, parked_attempts=20, parked_error="HTTP 500: boom"
+    )
+    client.force_login(root)
+
+    listing = client.get("/admin/changesets/subscription/").content.decode()
+    assert "parked at seq 7" in listing and "seq 7 part 2, 20 attempt(s)" in listing
+    filtered = client.get("/admin/changesets/subscription/?parked=no").content.decode()
+    assert "dead-letter" not in filtered
+    detail = client.get(f"/admin/changesets/subscription/{sub.pk}/change/").content.decode()
+    assert "HTTP 500: boom" in detail
+    assert sub.secret not in detail
