@@ -341,7 +341,8 @@ CALLS: dict[str, Call] = {
 
 @pytest.fixture
 def world(db, client_for):
-    staff = StaffFactory(username="root-real")
+    # A superuser: subscriptions (staff_only calls below) are superuser-only now.
+    staff = StaffFactory(username="root-real", is_superuser=True)
     writer = UserFactory(username="wendy-real")
     NamespaceFactory(name=NS)
     role_grant(namespace=Namespace.objects.get(name=NS), principal=writer, role="writer")
