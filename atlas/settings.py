@@ -291,6 +291,12 @@ ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS = env_float("ATLAS_WEBHOOK_BACKOFF_BASE_SECON
 ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS", 600)
 ATLAS_WEBHOOK_MAX_PAGES_PER_RUN = env_int("ATLAS_WEBHOOK_MAX_PAGES_PER_RUN", 50)
 ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN = env_float("ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN", 60)
+# A delivery body never exceeds this; a bigger changeset goes in parts (docs/feed.md).
+ATLAS_WEBHOOK_MAX_BODY_BYTES = env_int("ATLAS_WEBHOOK_MAX_BODY_BYTES", 1024 * 1024)
+# A delivery failing this many times in a row parks until an operator retries or skips it.
+ATLAS_WEBHOOK_MAX_ATTEMPTS = env_int("ATLAS_WEBHOOK_MAX_ATTEMPTS", 20)
+# After rotate-secret, deliveries are signed with the old secret too for this long.
+ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS = env_float("ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS", 86400)
 
 CELERY_BEAT_SCHEDULE: dict = {
     "journal-sweep": {

@@ -167,6 +167,12 @@ class AtlasCollector(Collector):
             "1 when the subscription is active.",
             labels=["subscription", "name"],
         )
+        parked = GaugeMetricFamily(
+            "atlas_subscription_parked",
+            "1 when the subscription's delivery is parked (dead letter) awaiting retry or skip.",
+            labels=["subscription", "name"],
+        )
+        parked_total = 0
         for sub in Subscription.objects.order_by("created_at", "id"):
             labels = [str(sub.id), sub.name]
             deliveries.add_metric([*labels, "ok"], sub.deliveries_ok)
@@ -177,10 +183,18 @@ class AtlasCollector(Collector):
             )
             failing.add_metric(labels, sub.consecutive_failures)
             active.add_metric(labels, 1 if sub.active else 0)
+            parked.add_metric(labels, 0 if sub.parked_seq is None else 1)
+            parked_total += sub.parked_seq is not None
         yield deliveries
         yield lag
         yield failing
         yield active
+        yield parked
+        yield GaugeMetricFamily(
+            "atlas_subscriptions_parked",
+            "Subscriptions whose delivery is parked, waiting for an operator's retry or skip.",
+            value=parked_total,
+        )
 
 
 _collector = AtlasCollector()

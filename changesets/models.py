@@ -242,7 +242,17 @@ class Subscription(models.Model):
     with a 2xx); it only moves forward on success, under this row's lock, so
     delivery is at-least-once and in seq order. ``namespaces`` empty means
     every namespace. ``secret`` is kept as issued: it is the HMAC key, so it
-    cannot be stored hashed.
+    cannot be stored hashed (``whsec_<base64>``; older rows hold 64 hex
+    characters, used as their bytes). ``previous_secret`` also signs until
+    ``previous_secret_expires_at`` (rotation without a gap).
+
+    A changeset too big for one delivery goes in parts: ``part_seq`` is the
+    changeset being delivered, ``part_offset`` how many of its records and
+    ``parts_done`` how many parts were acknowledged; the cursor passes it only
+    after its last part. A delivery that failed ``ATLAS_WEBHOOK_MAX_ATTEMPTS``
+    times parks (``parked_*``) until an operator retries or skips it; while
+    ``cursor_seq < narrow_through_seq`` deliveries hold one changeset each, so
+    a parked delivery is always one changeset (or one part of one).
     """
 
     id = models.UUIDField(primary_key=True, default=uuid6.uuid7, editable=False)
@@ -269,6 +279,21 @@ class Subscription(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     deliveries_ok = models.BigIntegerField(default=0)
     deliveries_failed = models.BigIntegerField(default=0)
+    # Rotation: the secret before the last rotate-secret, signing until the time below.
+    previous_secret = models.CharField(max_length=128, blank=True, default="")
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    # A changeset delivered in parts: which one, records and parts acknowledged so far.
+    part_seq = models.BigIntegerField(null=True, blank=True)
+    part_offset = models.PositiveIntegerField(default=0)
+    parts_done = models.PositiveIntegerField(default=0)
+    # One changeset per delivery while cursor_seq is below this (isolating a bad one).
+    narrow_through_seq = models.BigIntegerField(default=0)
+    # The dead letter: the changeset (and part) whose delivery gave up, and why.
+    parked_seq = models.BigIntegerField(null=True, blank=True)
+    parked_part = models.PositiveIntegerField(null=True, blank=True)
+    parked_error = models.TextField(blank=True, default="")
+    parked_attempts = models.PositiveIntegerField(default=0)
+    parked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -8,11 +8,13 @@ new to deliver.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import logging
 import secrets
 import socket
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,8 +22,10 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 
-from atlas.exceptions import NotFound, ValidationFailed
+from atlas.api.render import rfc3339
+from atlas.exceptions import Conflict, NotFound, ValidationFailed
 from changesets import feed
 from changesets.models import Capture, Subscription
 from entities import validation as v
@@ -32,6 +36,7 @@ logger = logging.getLogger(__name__)
 MAX_URL_LENGTH = 2000
 MAX_NAME_LENGTH = 200
 SECRET_BYTES = 32
+SECRET_PREFIX = "whsec_"
 
 MSG_URL_SCHEME = "Must be an http:// or https:// URL with a host."
 MSG_URL_PRIVATE = (
@@ -40,15 +45,49 @@ MSG_URL_PRIVATE = (
 )
 MSG_URL_UNRESOLVABLE = "The host name does not resolve."
 MSG_NAMESPACE_MISSING = "No such namespace."
+MSG_NOTHING_PARKED = "Nothing is parked on this subscription."
 
 
 class UnsafeAddress(Exception):
     """A webhook host resolved to an address deliveries may not go to."""
 
 
+# IPv6 ranges that carry an IPv4 address in their last 32 bits, or that are never a
+# public destination whatever they embed.
+NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: check the IPv4 inside
+NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: local use only
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # RFC 4291, deprecated: never public
+TEREDO = ipaddress.ip_network("2001::/32")  # RFC 4380: check server and client IPv4
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address stands for (mapped, NAT64, 6to4, Teredo)."""
+    found: list[ipaddress.IPv4Address] = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if ip in NAT64_WELL_KNOWN:
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
+
+
 def _public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    """Whether deliveries may go to ``ip``: globally reachable, not multicast, and,
+    for IPv6, not a wrapper around an IPv4 address that is not (NAT64
+    ``64:ff9b::/96``, 6to4 ``2002::/16``, Teredo ``2001::/32``, IPv4-mapped), nor
+    in a range never meant as a public destination (local-use NAT64
+    ``64:ff9b:1::/48``, IPv4-compatible ``::/96``)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in NAT64_LOCAL_USE or ip in IPV4_COMPATIBLE:
+            return False
+        embedded = _embedded_ipv4(ip)
+        if ip.ipv4_mapped is not None:
+            return all(_public(v4) for v4 in embedded)
+        if not all(_public(v4) for v4 in embedded):
+            return False
     return ip.is_global and not ip.is_multicast
 
 
@@ -118,6 +157,11 @@ def check_namespaces(names: Any, *, pointer: str = "/namespaces") -> list[str]:
     return sorted(set(names))
 
 
+def new_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` and the base64 of 32 random bytes (the key)."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
 def _wake_after_commit(subscription: Subscription) -> None:
     if not subscription.active:
         return
@@ -158,7 +202,7 @@ def subscription_create(
         namespaces=sorted(set(namespaces)),
         capture=capture,
         active=active,
-        secret=secrets.token_hex(SECRET_BYTES),
+        secret=new_secret(),
         cursor_seq=cursor_seq,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
@@ -195,7 +239,141 @@ def subscription_update(*, subscription_id: Any, changes: dict[str, Any]) -> Sub
         subscription.consecutive_failures = 0
         subscription.next_attempt_at = None
         fields += ["consecutive_failures", "next_attempt_at"]
+    if set(fields) & {"namespaces", "capture", "cursor_seq"}:
+        # The records (or the position) changed: a changeset half delivered in
+        # parts starts again from its first part, and isolation ends.
+        _clear_parts(subscription)
+        subscription.narrow_through_seq = 0
+        fields += [*PART_FIELDS, "narrow_through_seq"]
+    if "cursor_seq" in fields and subscription.parked_seq is not None:
+        # Moving the cursor is an operator's decision about where to go on from.
+        logger.warning(
+            "subscription %s: cursor moved to seq %s while seq %s was parked; unparked",
+            subscription.id,
+            subscription.cursor_seq,
+            subscription.parked_seq,
+        )
+        _clear_parked(subscription)
+        fields += PARKED_FIELDS
     subscription.save(update_fields=[*fields, "updated_at"])
+    _wake_after_commit(subscription)
+    return subscription
+
+
+PART_FIELDS = ["part_seq", "part_offset", "parts_done"]
+PARKED_FIELDS = ["parked_seq", "parked_part", "parked_error", "parked_attempts", "parked_at"]
+
+
+def _clear_parts(subscription: Subscription) -> None:
+    subscription.part_seq = None
+    subscription.part_offset = 0
+    subscription.parts_done = 0
+
+
+def _clear_parked(subscription: Subscription) -> None:
+    subscription.parked_seq = None
+    subscription.parked_part = None
+    subscription.parked_error = ""
+    subscription.parked_attempts = 0
+    subscription.parked_at = None
+
+
+def _lock(subscription_id: Any) -> Subscription:
+    subscription = Subscription.objects.select_for_update().filter(pk=subscription_id).first()
+    if subscription is None:
+        raise NotFound("No such subscription.")
+    return subscription
+
+
+def _actor_name(actor: AbstractBaseUser | None) -> str:
+    return getattr(actor, "get_username", lambda: "system")() if actor is not None else "system"
+
+
+@transaction.atomic
+def subscription_rotate_secret(
+    *, subscription_id: Any, actor: AbstractBaseUser | None
+) -> Subscription:
+    """Give the subscription a new secret; the old one keeps signing for the overlap.
+
+    For ``ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS`` every delivery carries a
+    ``webhook-signature`` from each secret, so a receiver can switch to the
+    new one at any moment in that window. Rotating again inside the window
+    drops the oldest secret (only the one just replaced keeps signing).
+    Takes the row lock, so a delivery in progress finishes with the old pair.
+    """
+    subscription = _lock(subscription_id)
+    now = timezone.now()
+    subscription.previous_secret = subscription.secret
+    subscription.previous_secret_expires_at = now + timedelta(
+        seconds=float(settings.ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS)
+    )
+    subscription.secret = new_secret()
+    subscription.save(
+        update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
+    )
+    logger.info("subscription %s: secret rotated by %s", subscription.id, _actor_name(actor))
+    return subscription
+
+
+@transaction.atomic
+def subscription_retry(*, subscription_id: Any, actor: AbstractBaseUser | None) -> Subscription:
+    """Unpark: deliver the parked changeset (or part) again, at once, with a fresh
+    round of ``ATLAS_WEBHOOK_MAX_ATTEMPTS`` attempts. 409 when nothing is parked."""
+    subscription = _lock(subscription_id)
+    if subscription.parked_seq is None:
+        raise Conflict(MSG_NOTHING_PARKED)
+    logger.warning(
+        "subscription %s: parked seq %s retried by %s",
+        subscription.id,
+        subscription.parked_seq,
+        _actor_name(actor),
+    )
+    _clear_parked(subscription)
+    subscription.consecutive_failures = 0
+    subscription.next_attempt_at = None
+    subscription.save(
+        update_fields=[*PARKED_FIELDS, "consecutive_failures", "next_attempt_at", "updated_at"]
+    )
+    _wake_after_commit(subscription)
+    return subscription
+
+
+@transaction.atomic
+def subscription_skip(*, subscription_id: Any, actor: AbstractBaseUser | None) -> Subscription:
+    """Give up on the parked changeset: move the cursor past it (all its parts).
+
+    The receiver never gets it from the push side (it stays readable at
+    ``GET /changes``); ``last_error`` and a warning log line record who skipped
+    which seq and why it had parked. 409 when nothing is parked.
+    """
+    subscription = _lock(subscription_id)
+    seq = subscription.parked_seq
+    if seq is None:
+        raise Conflict(MSG_NOTHING_PARKED)
+    who = _actor_name(actor)
+    part = f" part {subscription.parked_part}" if subscription.parked_part else ""
+    note = (
+        f"{rfc3339(timezone.now())} skipped seq {seq}{part} by {who} after "
+        f"{subscription.parked_attempts} attempt(s): {subscription.parked_error}"
+    )
+    logger.warning("subscription %s: %s", subscription.id, note)
+    subscription.cursor_seq = max(subscription.cursor_seq, seq)
+    subscription.last_error = note[:2000]
+    subscription.consecutive_failures = 0
+    subscription.next_attempt_at = None
+    _clear_parked(subscription)
+    _clear_parts(subscription)  # isolation (narrow_through_seq) goes on past it
+    subscription.save(
+        update_fields=[
+            "cursor_seq",
+            "last_error",
+            "consecutive_failures",
+            "next_attempt_at",
+            *PARKED_FIELDS,
+            *PART_FIELDS,
+            "updated_at",
+        ]
+    )
     _wake_after_commit(subscription)
     return subscription
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -92,6 +93,26 @@ _SUBSCRIPTION_FIELDS: dict[str, serializers.Field] = {
     "deliveries": inline_serializer(
         "SubscriptionDeliveries",
         {"ok": serializers.IntegerField(), "failed": serializers.IntegerField()},
+    ),
+    "parked": inline_serializer(
+        "SubscriptionParked",
+        {
+            "seq": serializers.IntegerField(help_text="The changeset whose delivery gave up."),
+            "part": serializers.IntegerField(
+                allow_null=True, help_text="Which part of it, when it goes in parts."
+            ),
+            "error": serializers.CharField(),
+            "attempts": serializers.IntegerField(
+                help_text="0 when it could not be sent at all (a record over the body limit)."
+            ),
+            "at": serializers.DateTimeField(),
+        },
+        allow_null=True,
+        help_text="The dead letter; null when nothing is parked. POST retry or skip.",
+    ),
+    "previous_secret_expires_at": serializers.DateTimeField(
+        allow_null=True,
+        help_text="After rotate-secret: the old secret also signs until then; else null.",
     ),
     "created_at": serializers.DateTimeField(),
     "updated_at": serializers.DateTimeField(),
@@ -225,11 +246,12 @@ class ChangeFeedView(APIView):
         return Response(body)
 
 
-# --- subscriptions (superusers) -------------------------------------------------------------------
+# --- subscriptions (superusers) --------------------------------------------------------------
 
 
 class IsSuperuser(BasePermission):
-    """Subscriptions see every namespace's changes, so only superusers manage them."""
+    """Subscriptions see every namespace's changes, so only superusers manage them
+    (``is_staff`` alone grants nothing here)."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
         if not (request.user and request.user.is_authenticated):
@@ -237,6 +259,18 @@ class IsSuperuser(BasePermission):
         if not access.is_superuser(request.user):
             raise PermissionDenied("Subscriptions are managed by superusers.")
         return True
+
+
+def parked_repr(subscription: Subscription) -> dict[str, Any] | None:
+    if subscription.parked_seq is None:
+        return None
+    return {
+        "seq": subscription.parked_seq,
+        "part": subscription.parked_part,
+        "error": subscription.parked_error,
+        "attempts": subscription.parked_attempts,
+        "at": rfc3339(subscription.parked_at),
+    }
 
 
 def subscription_repr(subscription: Subscription, *, secret: bool = False) -> dict[str, Any]:
@@ -257,12 +291,21 @@ def subscription_repr(subscription: Subscription, *, secret: bool = False) -> di
             "ok": subscription.deliveries_ok,
             "failed": subscription.deliveries_failed,
         },
+        "parked": parked_repr(subscription),
+        "previous_secret_expires_at": _overlap_end(subscription),
         "created_at": rfc3339(subscription.created_at),
         "updated_at": rfc3339(subscription.updated_at),
     }
     if secret:
         body["secret"] = subscription.secret
     return body
+
+
+def _overlap_end(subscription: Subscription) -> str | None:
+    expires = subscription.previous_secret_expires_at
+    if not subscription.previous_secret or expires is None or expires <= timezone.now():
+        return None
+    return rfc3339(expires)
 
 
 def _check_name(body: dict[str, Any], errors: Errors) -> None:
@@ -429,3 +472,65 @@ class SubscriptionDetailView(APIView):
         subscription = _get_subscription(subscription_id)
         subs.subscription_delete(subscription_id=subscription.id)
         return Response(status=204)
+
+
+def _no_body(request: Request) -> None:
+    """The actions take no fields: no body, or an empty object (anything else is 422)."""
+    if request.data in (None, b"", "") or (hasattr(request.data, "dict") and not request.data):
+        return
+    errors = Errors()
+    check_fields(require_object(request.data), errors, "", required=set(), optional=set())
+    errors.raise_if_any()
+
+
+class SubscriptionRotateSecretView(APIView):
+    permission_classes = [IsSuperuser]
+
+    @extend_schema(
+        operation_id="subscriptions_rotate_secret",
+        summary="New secret (superusers); the old one also signs for the overlap window",
+        request=None,
+        responses={200: SubscriptionCreatedSerializer, 403: PROBLEM, 404: PROBLEM},
+    )
+    @idempotent
+    def post(self, request: Request, subscription_id: str) -> Response:
+        subscription = _get_subscription(subscription_id)
+        _no_body(request)
+        subscription = subs.subscription_rotate_secret(
+            subscription_id=subscription.id, actor=request.user
+        )
+        return Response(subscription_repr(subscription, secret=True))
+
+
+class SubscriptionRetryView(APIView):
+    permission_classes = [IsSuperuser]
+
+    @extend_schema(
+        operation_id="subscriptions_retry",
+        summary="Deliver the parked changeset again (superusers)",
+        request=None,
+        responses={200: SubscriptionSerializer, 403: PROBLEM, 404: PROBLEM, 409: PROBLEM},
+    )
+    @idempotent
+    def post(self, request: Request, subscription_id: str) -> Response:
+        subscription = _get_subscription(subscription_id)
+        _no_body(request)
+        subscription = subs.subscription_retry(subscription_id=subscription.id, actor=request.user)
+        return Response(subscription_repr(subscription))
+
+
+class SubscriptionSkipView(APIView):
+    permission_classes = [IsSuperuser]
+
+    @extend_schema(
+        operation_id="subscriptions_skip",
+        summary="Move the cursor past the parked changeset (superusers)",
+        request=None,
+        responses={200: SubscriptionSerializer, 403: PROBLEM, 404: PROBLEM, 409: PROBLEM},
+    )
+    @idempotent
+    def post(self, request: Request, subscription_id: str) -> Response:
+        subscription = _get_subscription(subscription_id)
+        _no_body(request)
+        subscription = subs.subscription_skip(subscription_id=subscription.id, actor=request.user)
+        return Response(subscription_repr(subscription))

@@ -12,4 +12,19 @@ urlpatterns = [
         feed.SubscriptionDetailView.as_view(),
         name="subscription-detail",
     ),
+    path(
+        "subscriptions/<str:subscription_id>/rotate-secret",
+        feed.SubscriptionRotateSecretView.as_view(),
+        name="subscription-rotate-secret",
+    ),
+    path(
+        "subscriptions/<str:subscription_id>/retry",
+        feed.SubscriptionRetryView.as_view(),
+        name="subscription-retry",
+    ),
+    path(
+        "subscriptions/<str:subscription_id>/skip",
+        feed.SubscriptionSkipView.as_view(),
+        name="subscription-skip",
+    ),
 ]

@@ -156,7 +156,11 @@ def test_a_run_yields_after_its_page_budget_and_queues_the_rest(
     assert no_wake == [(str(sub.id), None)]  # the rest is queued, not dropped
 
 
-def test_pages_never_split_a_changeset(staff, namespace, receivers, settings, no_wake):
+def test_a_changeset_over_the_page_size_goes_in_parts_never_mixed_with_another(
+    staff, namespace, receivers, settings, no_wake
+):
+    # Old rule: a page never split a changeset ([3, 3, 3] here). Now a delivery is
+    # bounded by the record count too: a bigger changeset goes in parts.
     settings.ATLAS_WEBHOOK_PAGE_SIZE = 2
     commit_some(staff, 3, width=3)
     receiver = receivers()
@@ -164,9 +168,14 @@ def test_pages_never_split_a_changeset(staff, namespace, receivers, settings, no
 
     pump(sub)
 
-    assert [len(d.records) for d in receiver.deliveries] == [3, 3, 3]
+    assert [len(d.records) for d in receiver.deliveries] == [2, 1, 2, 1, 2, 1]
+    assert [(d.document["part"], d.document["parts"]) for d in receiver.deliveries] == [
+        (1, 2),
+        (2, 2),
+    ] * 3
     for d in receiver.deliveries:
         assert len({r["changeset_id"] for r in d.records}) == 1
+    assert [r["event_id"] for d in receiver.deliveries for r in d.records] == all_event_ids()
 
 
 def test_namespaces_and_capture_are_honoured(staff, namespace, receivers, no_wake):

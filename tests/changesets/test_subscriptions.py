@@ -1,14 +1,16 @@
-"""Subscriptions API (staff): create with a secret shown once, read, change, delete."""
+"""Subscriptions API (superusers): create with a secret shown once, read, change, delete,
+rotate the secret, retry or skip a parked delivery; the SSRF address rule."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
+from atlas.exceptions import ValidationFailed
 from changesets import feed
 from changesets.models import Subscription
 from changesets.subscriptions import check_webhook_url
-from tests.entities.factories import NamespaceFactory
+from tests.entities.factories import NamespaceFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -29,6 +31,8 @@ FIELDS = {
     "consecutive_failures",
     "next_attempt_at",
     "deliveries",
+    "parked",
+    "previous_secret_expires_at",
     "created_at",
     "updated_at",
 }
@@ -53,8 +57,13 @@ def public_dns(monkeypatch, settings):
 
 
 @pytest.fixture
-def api(staff, client_for):
-    return client_for(staff)
+def root(db):
+    return UserFactory(username="root", is_superuser=True, is_staff=True)
+
+
+@pytest.fixture
+def api(root, client_for):
+    return client_for(root)
 
 
 @pytest.fixture
@@ -71,7 +80,7 @@ def create(api, **body):
     return api.post(API, body, format="json")
 
 
-def test_staff_creates_a_subscription_and_sees_the_secret_once(api, namespace, woken):
+def test_a_superuser_creates_a_subscription_and_sees_the_secret_once(api, namespace, woken):
     response = create(api, namespaces=[NS], capture="new_row")
 
     assert response.status_code == 201, response.content
@@ -180,20 +189,34 @@ def test_unknown_subscription_is_404(api, db, bad_id):
     assert api.get(f"{API}/{bad_id}").status_code == 404
 
 
-def test_only_staff_manage_subscriptions(make_user, client_for, namespace, api, woken):
+@pytest.mark.parametrize("who", ["maintainer", "staff"])
+def test_only_superusers_manage_subscriptions(make_user, client_for, namespace, api, woken, who):
+    # Old rule: staff managed subscriptions. Now superusers only; is_staff grants nothing.
     body = create(api).json()
-    maintainer = client_for(make_user("mia", maintainer=[NS]))
+    if who == "maintainer":
+        user = make_user("mia", maintainer=[NS])
+    else:
+        user = make_user("sam", staff=True)
+    other = client_for(user)
+    item = f"{API}/{body['id']}"
     for response in (
-        maintainer.get(API),
-        maintainer.post(API, {"name": "x", "url": URL}, format="json"),
-        maintainer.get(f"{API}/{body['id']}"),
-        maintainer.patch(f"{API}/{body['id']}", {"name": "y"}, format="json"),
-        maintainer.delete(f"{API}/{body['id']}"),
+        other.get(API),
+        other.post(API, {"name": "x", "url": URL}, format="json"),
+        other.get(item),
+        other.patch(item, {"name": "y"}, format="json"),
+        other.delete(item),
+        other.post(f"{item}/rotate-secret"),
+        other.post(f"{item}/retry"),
+        other.post(f"{item}/skip"),
     ):
         assert response.status_code == 403
         assert response["Content-Type"] == "application/problem+json"
-    assert client_for(None).get(API).status_code == 401
-    assert Subscription.objects.get(pk=body["id"]).name == "search index"
+    anonymous = client_for(None)
+    assert anonymous.get(API).status_code == 401
+    for action in ("rotate-secret", "retry", "skip"):
+        assert anonymous.post(f"{item}/{action}").status_code == 401
+    stored = Subscription.objects.get(pk=body["id"])
+    assert stored.name == "search index" and stored.secret == body["secret"]
 
 
 @pytest.mark.parametrize(
@@ -253,8 +276,6 @@ def test_patching_to_a_private_url_is_refused(api, db, woken):
 
 
 def test_unresolvable_host_is_422(db):
-    from atlas.exceptions import ValidationFailed
-
     with pytest.raises(ValidationFailed, match="does not resolve"):
         check_webhook_url("http://no-such-host.invalid/hook")
 
@@ -286,3 +307,146 @@ def test_openapi_documents_the_feed_and_subscriptions(client, db):
     assert {"get", "patch", "delete"} <= set(paths["/api/v1/subscriptions/{subscription_id}"])
     assert "201" in paths["/api/v1/subscriptions"]["post"]["responses"]
     assert "204" in paths["/api/v1/subscriptions/{subscription_id}"]["delete"]["responses"]
+
+
+# --- Standard Webhooks secrets, rotation, parked deliveries ---------------------------------
+
+
+def test_new_secrets_are_standard_webhooks_secrets(api, db, woken):
+    import base64
+
+    secret = create(api).json()["secret"]
+    assert secret.startswith("whsec_")
+    assert len(base64.b64decode(secret.removeprefix("whsec_"), validate=True)) == 32
+
+
+def test_rotate_secret_returns_a_new_secret_and_the_overlap_end(api, db, settings, woken):
+    from django.utils import timezone
+    from django.utils.dateparse import parse_datetime
+
+    settings.ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS = 600
+    body = create(api).json()
+    assert body["previous_secret_expires_at"] is None
+
+    response = api.post(f"{API}/{body['id']}/rotate-secret")
+
+    assert response.status_code == 200, response.content
+    rotated = response.json()
+    assert set(rotated) == FIELDS | {"secret"}
+    assert rotated["secret"].startswith("whsec_") and rotated["secret"] != body["secret"]
+    ends = parse_datetime(rotated["previous_secret_expires_at"])
+    assert 590 <= (ends - timezone.now()).total_seconds() <= 600
+    stored = Subscription.objects.get(pk=body["id"])
+    assert (stored.secret, stored.previous_secret) == (rotated["secret"], body["secret"])
+    shown = api.get(f"{API}/{body['id']}").json()
+    assert "secret" not in shown
+    assert shown["previous_secret_expires_at"] == rotated["previous_secret_expires_at"]
+    assert api.post(f"{API}/{body['id']}/rotate-secret", {"x": 1}, format="json").status_code == 422
+    assert api.post(f"{API}/nope/rotate-secret").status_code == 404
+
+
+def test_parked_is_null_until_a_delivery_parks_then_shows_seq_error_attempts(
+    api, root, namespace, write, woken
+):
+    from django.utils import timezone
+
+    changeset = write(root, f"{NS}/order/a", {"n": 1}).changeset
+    body = create(api).json()
+    assert body["parked"] is None
+    Subscription.objects.filter(pk=body["id"]).update(
+        parked_seq=changeset.seq,
+        parked_error="HTTP 500: boom",
+        parked_attempts=20,
+        parked_at=timezone.now(),
+    )
+
+    parked = api.get(f"{API}/{body['id']}").json()["parked"]
+
+    assert parked["seq"] == changeset.seq and parked["part"] is None
+    assert parked["error"] == "HTTP 500: boom" and parked["attempts"] == 20
+    assert parked["at"]
+    listed = api.get(API).json()["results"][0]
+    assert listed["parked"] == parked
+
+
+def test_retry_and_skip_through_the_api(api, root, namespace, write, woken):
+    first = write(root, f"{NS}/order/a", {"n": 1}).changeset
+    body = create(api).json()
+    item = f"{API}/{body['id']}"
+    for action in ("retry", "skip"):
+        refused = api.post(f"{item}/{action}")
+        assert refused.status_code == 409, refused.content
+        assert refused["Content-Type"] == "application/problem+json"
+    park = {"parked_seq": first.seq, "parked_error": "HTTP 410", "parked_attempts": 20}
+
+    Subscription.objects.filter(pk=body["id"]).update(**park, consecutive_failures=20)
+    retried = api.post(f"{item}/retry")
+    assert retried.status_code == 200, retried.content
+    assert retried.json()["parked"] is None
+    assert retried.json()["consecutive_failures"] == 0
+    assert feed.cursor_decode(retried.json()["cursor"]) == 0  # the same changeset again
+
+    Subscription.objects.filter(pk=body["id"]).update(**park)
+    skipped = api.post(f"{item}/skip")
+    assert skipped.status_code == 200, skipped.content
+    assert skipped.json()["parked"] is None
+    assert feed.cursor_decode(skipped.json()["cursor"]) == first.seq
+    assert f"skipped seq {first.seq} by root" in skipped.json()["last_error"]
+    assert api.post(f"{API}/00000000-0000-0000-0000-000000000000/skip").status_code == 404
+
+
+def test_moving_the_cursor_unparks(api, root, namespace, write, woken):
+    first = write(root, f"{NS}/order/a", {"n": 1}).changeset
+    body = create(api).json()
+    Subscription.objects.filter(pk=body["id"]).update(parked_seq=first.seq, parked_error="x")
+    moved = api.patch(
+        f"{API}/{body['id']}", {"cursor": feed.cursor_encode(first.seq)}, format="json"
+    )
+    assert moved.status_code == 200 and moved.json()["parked"] is None
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::7f00:1",  # NAT64 (well-known prefix) of 127.0.0.1
+        "64:ff9b::a00:5",  # NAT64 of 10.0.0.5
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b:1::a00:5",  # local-use NAT64 prefix
+        "64:ff9b:1:ffff::808:808",  # local-use NAT64, whatever it embeds
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
+        "::c0a8:10a",  # IPv4-compatible 192.168.1.10
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "2002:a00:5::",  # 6to4 of 10.0.0.5
+        "2001:0:4136:e378:8000:63bf:f5ff:fffa",  # Teredo, client 10.0.0.5
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+    ],
+)
+def test_ipv6_addresses_embedding_a_private_ipv4_are_refused_at_creation(
+    api, db, settings, woken, address
+):
+    response = create(api, url=f"http://[{address}]/hook")
+    assert response.status_code == 422, address
+    assert response.json()["errors"][0]["pointer"] == "/url"
+    with pytest.raises(ValidationFailed):
+        check_webhook_url(f"https://[{address}]:8443/")
+    settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS = True
+    assert create(api, url=f"http://[{address}]/hook").status_code == 201
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::808:808",  # NAT64 of 8.8.8.8
+        "2002:808:808::1",  # 6to4 of 8.8.8.8
+        "2606:4700:4700::1111",  # a plain public IPv6 address
+    ],
+)
+def test_ipv6_addresses_embedding_a_public_ipv4_are_accepted(api, db, woken, address):
+    assert create(api, url=f"http://[{address}]/hook").status_code == 201
+
+
+def test_openapi_documents_rotate_retry_and_skip(client, db):
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    paths = schema["paths"]
+    for action in ("rotate-secret", "retry", "skip"):
+        assert {"post"} <= set(paths[f"/api/v1/subscriptions/{{subscription_id}}/{action}"])

@@ -52,6 +52,7 @@ class Delivery:
     document: dict[str, Any]
     status: int = 0
     signature_ok: bool | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -102,6 +103,7 @@ class Receiver:
             signature=request.headers.get("X-Atlas-Signature", ""),
             body=body,
             document=json.loads(body or b"{}"),
+            headers={k.lower(): v for k, v in request.headers.items()},
         )
         if self.secret is not None:
             expected = "sha256=" + hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
