@@ -48,7 +48,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
-    "rest_framework.authtoken",
     "guardian",
     "drf_spectacular",
     "atlas",
@@ -190,7 +189,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = None
 # --- REST framework -------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # Hashed API tokens (atlas.models.ApiToken), in place of DRF's authtoken.
+        "atlas.api.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         "atlas.api.auth.DevAuthorHeaderAuthentication",
     ],
