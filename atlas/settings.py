@@ -182,6 +182,9 @@ ATLAS_MAX_BODY_BYTES = env_int("ATLAS_MAX_BODY_BYTES", 64 * 1024 * 1024)
 ATLAS_DEV_AUTHOR_HEADER = env_bool("ATLAS_DEV_AUTHOR_HEADER", default=False)
 ATLAS_IDEMPOTENCY_TTL_HOURS = env_int("ATLAS_IDEMPOTENCY_TTL_HOURS", 24)
 ATLAS_ALLOW_PRIVATE_WEBHOOKS = env_bool("ATLAS_ALLOW_PRIVATE_WEBHOOKS", default=DEBUG)
+# /metrics answers superusers and a scraper sending "Authorization: Bearer <this>";
+# empty = no bearer token accepted (docs/feed.md, "Metrics").
+ATLAS_METRICS_TOKEN = os.environ.get("ATLAS_METRICS_TOKEN", "")
 
 # Django's own body cap answers 400; Atlas enforces ATLAS_MAX_BODY_BYTES itself to answer 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
