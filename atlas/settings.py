@@ -50,6 +50,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "guardian",
     "drf_spectacular",
+    # Swagger UI's files, served by WhiteNoise from our own origin (no CDN, no @latest).
+    "drf_spectacular_sidecar",
     "atlas",
     "entities",
     "changesets",
@@ -68,6 +70,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "atlas.middleware.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "atlas.urls"
@@ -186,6 +189,17 @@ ATLAS_ALLOW_PRIVATE_WEBHOOKS = env_bool("ATLAS_ALLOW_PRIVATE_WEBHOOKS", default=
 # empty = no bearer token accepted (docs/feed.md, "Metrics").
 ATLAS_METRICS_TOKEN = os.environ.get("ATLAS_METRICS_TOKEN", "")
 
+# Sent on every HTML response: the admin and /api/docs/ (atlas.middleware). Scripts,
+# styles, images and fonts from our own origin only; no plugins, no framing. Inline
+# styles stay allowed: the admin's change list and Swagger UI's page carry a <style>
+# block and Swagger UI sets style attributes; inline scripts do not run.
+ATLAS_CONTENT_SECURITY_POLICY = os.environ.get(
+    "ATLAS_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
+
 # Django's own body cap answers 400; Atlas enforces ATLAS_MAX_BODY_BYTES itself to answer 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
@@ -212,6 +226,10 @@ SPECTACULAR_SETTINGS = {
     "reviewable, revertible changeset.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from drf-spectacular-sidecar (pinned in requirements.txt), not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # PATCH bodies are described as they are validated (required fields stay required).
     "COMPONENT_SPLIT_PATCH": False,
