@@ -73,6 +73,43 @@ MIDDLEWARE = [
     "atlas.middleware.ContentSecurityPolicyMiddleware",
 ]
 
+# --- HTTPS (docs/deploy.md) ----------------------------------------------------------
+# ATLAS_HTTPS=1 is the production stance `manage.py check --deploy` asks for: plain
+# HTTP redirects to HTTPS, HSTS, cookies only over HTTPS. The probes and the scrape
+# stay reachable over plain HTTP from inside the network (compose's healthcheck hits
+# http://127.0.0.1:8000/healthz): these paths are never redirected.
+ATLAS_HTTPS = env_bool("ATLAS_HTTPS", default=False)
+ATLAS_HTTPS_EXEMPT_PATHS = [r"^healthz$", r"^readyz$", r"^metrics$"]
+if ATLAS_HTTPS:
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = ATLAS_HTTPS_EXEMPT_PATHS
+    SECURE_HSTS_SECONDS = env_int("ATLAS_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("ATLAS_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env_bool("ATLAS_HSTS_PRELOAD", default=True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+
+def proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``"X-Forwarded-Proto: https"`` → Django's ``("HTTP_X_FORWARDED_PROTO", "https")``."""
+    if not value.strip():
+        return None
+    name, sep, expected = value.partition(":")
+    name, expected = name.strip(), expected.strip()
+    if not sep or not name or not expected or " " in name:
+        raise ImproperlyConfigured(
+            "ATLAS_PROXY_SSL_HEADER must look like 'X-Forwarded-Proto: https'"
+        )
+    return "HTTP_" + name.upper().replace("-", "_"), expected
+
+
+# Behind a proxy that terminates TLS: the header (and value) by which it says the
+# client's request was HTTPS. Only set it when that proxy overwrites the header on
+# every request; otherwise a client could claim HTTPS.
+_proxy_ssl_header = proxy_ssl_header(os.environ.get("ATLAS_PROXY_SSL_HEADER", ""))
+if _proxy_ssl_header:
+    SECURE_PROXY_SSL_HEADER = _proxy_ssl_header
+
 ROOT_URLCONF = "atlas.urls"
 WSGI_APPLICATION = "atlas.wsgi.application"
 
