@@ -28,7 +28,8 @@ def check_deploy(**env: str) -> subprocess.CompletedProcess[str]:
         "DATABASE_URL": os.environ.get("DATABASE_URL") or "postgres://unused@127.0.0.1/unused",
         **env,
     }
-    for name in ("ATLAS_HTTPS", "ATLAS_PROXY_SSL_HEADER"):
+    # Not from this process: the e2e fixtures set DJANGO_ALLOW_ASYNC_UNSAFE while they run.
+    for name in ("ATLAS_HTTPS", "ATLAS_PROXY_SSL_HEADER", "DJANGO_ALLOW_ASYNC_UNSAFE"):
         if name not in env:
             child.pop(name, None)
     return subprocess.run(
