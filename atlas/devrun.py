@@ -27,6 +27,8 @@ from types import FrameType
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 GRACE_SECONDS = 20.0
+# Request limits and problem+json for what gunicorn refuses itself (docs/deploy.md).
+GUNICORN_CONFIG = "atlas/deploy/gunicorn.conf.py"
 
 
 def commands(host: str, port: str) -> dict[str, list[str]]:
@@ -35,7 +37,8 @@ def commands(host: str, port: str) -> dict[str, list[str]]:
     state_dir = Path(os.environ.get("ATLAS_STATE_DIR", BASE_DIR / ".atlas"))
     state_dir.mkdir(parents=True, exist_ok=True)
     py = sys.executable
-    web = [py, "-m", "gunicorn", "atlas.wsgi", "--bind", bind, "--workers", "2"]
+    web = [py, "-m", "gunicorn", "-c", GUNICORN_CONFIG, "atlas.wsgi", "--bind", bind]
+    web += ["--workers", "2"]
     web += ["--access-logfile", "-", "--graceful-timeout", "10"]
     worker = [py, "-m", "celery", "-A", "atlas", "worker", "-B", "--loglevel=INFO"]
     worker += ["--schedule", str(state_dir / "celerybeat-schedule")]

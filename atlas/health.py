@@ -1,11 +1,29 @@
-"""Liveness, readiness and metrics endpoints (outside /api/v1, no auth)."""
+"""Liveness, readiness and metrics endpoints (outside /api/v1).
+
+``/healthz`` and ``/readyz`` answer anyone (load balancers and orchestrators
+probe them). ``/metrics`` answers a superuser (token or session) or a
+scraper holding ``ATLAS_METRICS_TOKEN`` as ``Authorization: Bearer``:
+anonymous → 401, anyone else → 403 (API.md, "Limits and visibility").
+"""
 
 from __future__ import annotations
 
+import hmac
+from typing import Any
+
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from drf_spectacular.utils import extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView
 
 BROKER_TIMEOUT_SECONDS = 1.0
 
@@ -59,8 +77,67 @@ def readyz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": status, "checks": checks}, status=code)
 
 
-def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text: database-derived totals plus this process's (or all processes') own."""
-    from changesets.metrics import scrape_registry
+METRICS_SCRAPER = "metrics-scraper"  # request.auth of a request carrying the metrics token
+METRICS_CHALLENGE = 'Bearer realm="atlas-metrics"'
+MSG_METRICS_TOKEN_INVALID = "Invalid metrics token."
 
-    return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
+
+class MetricsBearerAuthentication(BaseAuthentication):
+    """``Authorization: Bearer <ATLAS_METRICS_TOKEN>``: the scraper, who is no user.
+
+    Compared in constant time. With the setting empty no bearer token is
+    accepted, so only superusers can read the metrics.
+    """
+
+    def authenticate(self, request: Request) -> tuple[Any, str] | None:
+        auth = get_authorization_header(request).split()
+        if not auth or auth[0].lower() != b"bearer":
+            return None
+        expected = settings.ATLAS_METRICS_TOKEN.encode()
+        if len(auth) != 2 or not expected or not hmac.compare_digest(auth[1], expected):
+            raise AuthenticationFailed(MSG_METRICS_TOKEN_INVALID)
+        return AnonymousUser(), METRICS_SCRAPER
+
+    def authenticate_header(self, request: Request) -> str:
+        return METRICS_CHALLENGE
+
+
+class CanReadMetrics(BasePermission):
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return request.auth == METRICS_SCRAPER or bool(request.user.is_superuser)
+
+
+class FirstRendererNegotiation(BaseContentNegotiation):
+    """Prometheus asks for its own media types; the answer is text whatever it asks."""
+
+    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Request, renderers: list[Any], format_suffix: Any = None):
+        return renderers[0], renderers[0].media_type
+
+
+class MetricsView(APIView):
+    """Prometheus text: database-derived totals plus this process's (or all processes') own."""
+
+    authentication_classes = [
+        MetricsBearerAuthentication,
+        *api_settings.DEFAULT_AUTHENTICATION_CLASSES,
+    ]
+    permission_classes = [CanReadMetrics]
+    content_negotiation_class = FirstRendererNegotiation
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request) -> HttpResponse:
+        from changesets.metrics import scrape_registry
+
+        return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
+
+    def handle_exception(self, exc: Exception) -> Any:
+        response = super().handle_exception(exc)
+        if response.status_code == 401:  # tell a scraper which scheme to use
+            response["WWW-Authenticate"] = METRICS_CHALLENGE
+        return response
+
+
+metrics = MetricsView.as_view()

@@ -1,4 +1,6 @@
-"""Response compression that keeps entity ETags strong.
+"""Response middleware: compression that keeps entity ETags strong, and the CSP header.
+
+Compression:
 
 Django's ``GZipMiddleware`` turns every strong ``ETag`` into a weak one
 (``"3"`` → ``W/"3"``) when it compresses, because RFC 9110 ties a strong
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.middleware.gzip import GZipMiddleware as DjangoGZipMiddleware
 
 
@@ -26,4 +29,25 @@ class GZipMiddleware(DjangoGZipMiddleware):
         response = super().process_response(request, response)
         if etag and etag.startswith('"') and response.get("ETag") == "W/" + etag:
             response.headers["ETag"] = etag
+        return response
+
+
+class ContentSecurityPolicyMiddleware:
+    """Put ``ATLAS_CONTENT_SECURITY_POLICY`` on every HTML response (the admin, /api/docs/).
+
+    Django 5.2 has no CSP support of its own (it arrives in 6.0), and one
+    header on HTML pages is all Atlas needs, so a few lines rather than
+    django-csp. JSON, NDJSON and the Prometheus text are not documents a
+    browser runs, so they go without. A view that sets its own policy keeps it.
+    """
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        response = self.get_response(request)
+        policy = settings.ATLAS_CONTENT_SECURITY_POLICY
+        content_type = response.get("Content-Type", "")
+        if policy and content_type.startswith("text/html"):
+            response.headers.setdefault("Content-Security-Policy", policy)
         return response

@@ -1,4 +1,4 @@
-"""Cross-cutting tables: idempotency records for mutating requests."""
+"""Cross-cutting tables: idempotency records for mutating requests, API tokens."""
 
 from __future__ import annotations
 
@@ -38,3 +38,34 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.method} {self.path})"
+
+
+class ApiToken(models.Model):
+    """An API key for ``Authorization: Token <key>``, stored as its SHA-256 digest only.
+
+    The key itself is shown once, when it is made (``atlas.tokens.api_token_create``),
+    and never stored: a database dump, a backup or the admin cannot hand it out.
+    ``prefix`` is the key's first characters, kept so people can tell their keys
+    apart; it is far too short to authenticate with. A request is authenticated
+    by one index seek on ``digest`` (``atlas.api.auth.TokenAuthentication``).
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "API token"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(digest__regex=r"^[0-9a-f]{64}$"), name="api_token_digest_sha256"
+            )
+        ]
+
+    def __str__(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        return f"{self.prefix}…{label}"

@@ -48,9 +48,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
-    "rest_framework.authtoken",
     "guardian",
     "drf_spectacular",
+    # Swagger UI's files, served by WhiteNoise from our own origin (no CDN, no @latest).
+    "drf_spectacular_sidecar",
     "atlas",
     "entities",
     "changesets",
@@ -69,7 +70,45 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "atlas.middleware.ContentSecurityPolicyMiddleware",
 ]
+
+# --- HTTPS (docs/deploy.md) ----------------------------------------------------------
+# ATLAS_HTTPS=1 is the production stance `manage.py check --deploy` asks for: plain
+# HTTP redirects to HTTPS, HSTS, cookies only over HTTPS. The probes and the scrape
+# stay reachable over plain HTTP from inside the network (compose's healthcheck hits
+# http://127.0.0.1:8000/healthz): these paths are never redirected.
+ATLAS_HTTPS = env_bool("ATLAS_HTTPS", default=False)
+ATLAS_HTTPS_EXEMPT_PATHS = [r"^healthz$", r"^readyz$", r"^metrics$"]
+if ATLAS_HTTPS:
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = ATLAS_HTTPS_EXEMPT_PATHS
+    SECURE_HSTS_SECONDS = env_int("ATLAS_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("ATLAS_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env_bool("ATLAS_HSTS_PRELOAD", default=True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+
+def proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``"X-Forwarded-Proto: https"`` → Django's ``("HTTP_X_FORWARDED_PROTO", "https")``."""
+    if not value.strip():
+        return None
+    name, sep, expected = value.partition(":")
+    name, expected = name.strip(), expected.strip()
+    if not sep or not name or not expected or " " in name:
+        raise ImproperlyConfigured(
+            "ATLAS_PROXY_SSL_HEADER must look like 'X-Forwarded-Proto: https'"
+        )
+    return "HTTP_" + name.upper().replace("-", "_"), expected
+
+
+# Behind a proxy that terminates TLS: the header (and value) by which it says the
+# client's request was HTTPS. Only set it when that proxy overwrites the header on
+# every request; otherwise a client could claim HTTPS.
+_proxy_ssl_header = proxy_ssl_header(os.environ.get("ATLAS_PROXY_SSL_HEADER", ""))
+if _proxy_ssl_header:
+    SECURE_PROXY_SSL_HEADER = _proxy_ssl_header
 
 ROOT_URLCONF = "atlas.urls"
 WSGI_APPLICATION = "atlas.wsgi.application"
@@ -183,6 +222,20 @@ ATLAS_MAX_BODY_BYTES = env_int("ATLAS_MAX_BODY_BYTES", 64 * 1024 * 1024)
 ATLAS_DEV_AUTHOR_HEADER = env_bool("ATLAS_DEV_AUTHOR_HEADER", default=False)
 ATLAS_IDEMPOTENCY_TTL_HOURS = env_int("ATLAS_IDEMPOTENCY_TTL_HOURS", 24)
 ATLAS_ALLOW_PRIVATE_WEBHOOKS = env_bool("ATLAS_ALLOW_PRIVATE_WEBHOOKS", default=DEBUG)
+# /metrics answers superusers and a scraper sending "Authorization: Bearer <this>";
+# empty = no bearer token accepted (docs/feed.md, "Metrics").
+ATLAS_METRICS_TOKEN = os.environ.get("ATLAS_METRICS_TOKEN", "")
+
+# Sent on every HTML response: the admin and /api/docs/ (atlas.middleware). Scripts,
+# styles, images and fonts from our own origin only; no plugins, no framing. Inline
+# styles stay allowed: the admin's change list and Swagger UI's page carry a <style>
+# block and Swagger UI sets style attributes; inline scripts do not run.
+ATLAS_CONTENT_SECURITY_POLICY = os.environ.get(
+    "ATLAS_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
 
 # Django's own body cap answers 400; Atlas enforces ATLAS_MAX_BODY_BYTES itself to answer 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
@@ -190,7 +243,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = None
 # --- REST framework -------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # Hashed API tokens (atlas.models.ApiToken), in place of DRF's authtoken.
+        "atlas.api.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         "atlas.api.auth.DevAuthorHeaderAuthentication",
     ],
@@ -209,6 +263,10 @@ SPECTACULAR_SETTINGS = {
     "reviewable, revertible changeset.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from drf-spectacular-sidecar (pinned in requirements.txt), not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # PATCH bodies are described as they are validated (required fields stay required).
     "COMPONENT_SPLIT_PATCH": False,

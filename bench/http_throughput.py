@@ -130,8 +130,7 @@ def main() -> None:
     bench_env()
     setup(settings="bench.settings", database=database(smoke))
 
-    from rest_framework.authtoken.models import Token
-
+    from atlas.services import api_token_create
     from bench.plain.models import PlainItem
     from changesets.models import Rpc
     from changesets.ops import PutOp
@@ -144,7 +143,7 @@ def main() -> None:
     rid = uuid.uuid4().hex[:8]
     root = SuperuserFactory(username="bench-root")
     writer = UserFactory(username="bench-http-writer")
-    token = Token.objects.get_or_create(user=writer)[0].key
+    token = api_token_create(user=writer, name="bench")[1]
     ns = Namespace.objects.create(name=f"bench.http{rid}")
     role_grant(namespace=ns, principal=writer, role="writer")
     slugs = [f"c{c}-k{k}" for c in range(max(levels)) for k in range(KEYS_PER_CLIENT)]

@@ -65,9 +65,9 @@ def main() -> None:
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
     from psycopg.types.json import Jsonb
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
+    from atlas.services import api_token_create
     from bench.plain.models import PlainItem
     from changesets.models import Rpc
     from changesets.ops import PutOp
@@ -84,9 +84,9 @@ def main() -> None:
 
     root = SuperuserFactory(username="bench-root")
     writer = UserFactory(username="bench-writer")
-    token, _ = Token.objects.get_or_create(user=writer)
+    token_key = api_token_create(user=writer, name="bench")[1]
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_key}")
     raw = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
 
     tables = ["bench_plain_plainitem"]

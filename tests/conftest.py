@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from atlas.celery import app as celery_app
+from atlas.services import api_token_create
 from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.services import ApplyResult, changeset_apply
@@ -73,13 +73,15 @@ def writer(make_user, namespace):
 
 @pytest.fixture
 def client_for() -> Callable[[Any], APIClient]:
-    """An APIClient authenticated with the user's DRF token (the real auth path)."""
+    """An APIClient authenticated with an API token of the user's (the real auth path)."""
+    keys: dict[Any, str] = {}  # one token per user and test: keys cannot be read back
 
     def make(user: Any | None) -> APIClient:
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            if user.pk not in keys:
+                keys[user.pk] = api_token_create(user=user, name="test")[1]
+            client.credentials(HTTP_AUTHORIZATION=f"Token {keys[user.pk]}")
         return client
 
     return make

@@ -9,6 +9,7 @@ from datetime import datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -252,6 +253,8 @@ class ChangesetRevisionsView(APIView):
 
 
 class LogHeadView(APIView):
+    permission_classes = [IsAuthenticated]  # API.md: any authenticated user, nobody else
+
     @extend_schema(
         operation_id="log_head",
         summary="The newest seq and chain hash, to anchor the log elsewhere",

@@ -17,11 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from atlas.api.idempotency import lock_id
 from atlas.models import IdempotencyRecord
+from atlas.services import api_token_create
 from changesets.hooks import in_write_transaction
 from changesets.models import Changeset
 from entities.api import views
@@ -209,7 +209,7 @@ def test_key_of_maximum_length_is_accepted(api):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_identical_requests_with_one_key_write_one_changeset(make_user, namespace):
     user = make_user("wendy", writer=[namespace.name])
-    token = Token.objects.create(user=user).key
+    token = api_token_create(user=user, name="test")[1]
     threads_count = 10
     barrier = threading.Barrier(threads_count)
     responses: list[Any] = [None] * threads_count

@@ -21,7 +21,8 @@ def test_healthz_and_readyz_answer_without_auth(client):
     assert ready.json()["checks"]["database"] == "ok"
 
 
-def test_metrics_are_prometheus_text(client):
+def test_metrics_are_prometheus_text(client, django_user_model):
+    client.force_login(django_user_model.objects.create(username="root", is_superuser=True))
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")

@@ -395,7 +395,9 @@ def test_metrics_export_log_journal_and_subscription_figures(
     client.get("/api/v1/changes")
     del delivery
 
-    text = client.get("/metrics").content.decode()
+    settings.ATLAS_METRICS_TOKEN = "scrape-secret"
+    scrape = {"HTTP_AUTHORIZATION": "Bearer scrape-secret"}
+    text = client.get("/metrics", **scrape).content.decode()
 
     assert metric(text, "atlas_metrics_database_up") == 1
     assert metric(text, "atlas_changesets_total", rpc="PutEntity", target="baseline") == 3
@@ -414,11 +416,11 @@ def test_metrics_export_log_journal_and_subscription_figures(
 
     # Counted incrementally: a new changeset shows on the next scrape.
     write(staff, f"{NS}/order/o9", {"n": 9})
-    again = client.get("/metrics").content.decode()
+    again = client.get("/metrics", **scrape).content.decode()
     assert metric(again, "atlas_changesets_total", rpc="PutEntity", target="baseline") == 4
 
 
-def test_metrics_still_answer_when_the_database_figures_fail(client, db, monkeypatch):
+def test_metrics_still_answer_when_the_database_figures_fail(client, db, monkeypatch, settings):
     from changesets import metrics
 
     def broken(self):
@@ -426,7 +428,8 @@ def test_metrics_still_answer_when_the_database_figures_fail(client, db, monkeyp
         yield  # pragma: no cover
 
     monkeypatch.setattr(metrics.AtlasCollector, "_families", broken)
-    response = client.get("/metrics")
+    settings.ATLAS_METRICS_TOKEN = "scrape-secret"
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret")
     assert response.status_code == 200
     assert metric(response.content.decode(), "atlas_metrics_database_up") == 0
 

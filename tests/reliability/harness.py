@@ -537,17 +537,15 @@ def manage(database_url: str, *args: str, timeout: float = 300, **env: Any):
 
 
 def principal(username: str, *, superuser: bool = False, writer_of: tuple[str, ...] = ()):
-    """A user with a DRF token (and roles); returns ``(user, token_key)``."""
-    from rest_framework.authtoken.models import Token
-
+    """A user with an API token (and roles); returns ``(user, token_key)``."""
+    from atlas.services import api_token_create
     from entities.services import role_grant
     from tests.entities.factories import NamespaceFactory, SuperuserFactory, UserFactory
 
     user = (SuperuserFactory if superuser else UserFactory)(username=username)
     for name in writer_of:
         role_grant(namespace=NamespaceFactory(name=name), principal=user, role="writer")
-    token, _ = Token.objects.get_or_create(user=user)
-    return user, token.key
+    return user, api_token_create(user=user, name="harness")[1]
 
 
 def latency_summary(latencies: list[float]) -> dict[str, float]:

@@ -307,12 +307,12 @@ def test_a_crash_after_commit_before_publish_is_finished_by_recover_batches(sett
 
 
 SETUP_SCRIPT = """
-from rest_framework.authtoken.models import Token
+from atlas.services import api_token_create
 from tests.entities.factories import NamespaceFactory, UserFactory
 from entities.services import role_grant
 user = UserFactory(username="loader")
 role_grant(namespace=NamespaceFactory(name="rel.pg"), principal=user, role="writer")
-print("TOKEN", Token.objects.create(user=user).key)
+print("TOKEN", api_token_create(user=user, name="loader")[1])
 """
 
 

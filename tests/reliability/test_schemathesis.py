@@ -50,9 +50,9 @@ import schemathesis
 from django.core.wsgi import get_wsgi_application
 from django.db import connections
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from schemathesis.engine import Status, events, from_schema
 
+from atlas.services import api_token_create
 from branches.services import branch_create
 from changesets.feed import cursor_encode
 from changesets.models import Subscription
@@ -242,7 +242,7 @@ def in_process_transport(monkeypatch):
 def seeded(transactional_db, write):
     """A staff token and a small world whose names appear as parameter examples."""
     staff = SuperuserFactory(username="fuzz-staff")
-    token, _ = Token.objects.get_or_create(user=staff)
+    token_key = api_token_create(user=staff, name="schemathesis")[1]
     NamespaceFactory(name="acme.orders")
     NamespaceFactory(name="acme.core", protected=True)
     first = write(staff, "acme.orders/event/seed", {"title": "seed", "n": 1}).changeset
@@ -250,7 +250,7 @@ def seeded(transactional_db, write):
     write(staff, "acme.core/event/core", {"title": "core"})
     branch_create(name="feature", actor=staff)
     return {
-        "token": token.key,
+        "token": token_key,
         "namespace": "acme.orders",
         "kind": "event",
         "slug": "seed",

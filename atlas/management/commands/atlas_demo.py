@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import os
 from typing import Any
 
@@ -9,10 +10,36 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
-from rest_framework.authtoken.models import Token
+
+from atlas.models import ApiToken
+from atlas.services import api_token_create
+from atlas.tokens import KEY_PREFIX, key_digest
 
 USERNAME = "demo"
 DEFAULT_PASSWORD = "demo-password"
+TOKEN_NAME = "make run (demo)"
+
+
+def demo_key(username: str) -> str:
+    """The demo user's key, derived from ``SECRET_KEY``: the same on every run.
+
+    Only digests are stored, so a key cannot be read back to print it again;
+    deriving it keeps the token ``make run`` prints stable across runs (scripts
+    that pasted it keep working) without storing it. A new ``SECRET_KEY`` gives
+    a new key, and the demo's old token is revoked.
+    """
+    mac = hmac.new(settings.SECRET_KEY.encode(), f"atlas-demo-token:{username}".encode(), "sha256")
+    return KEY_PREFIX + mac.hexdigest()[:40]
+
+
+def ensure_demo_token(user: Any) -> str:
+    """Make sure the demo user's derived token exists (and no stale demo token); its key."""
+    key = demo_key(user.get_username())
+    digest = key_digest(key)
+    ApiToken.objects.filter(user=user, name=TOKEN_NAME).exclude(digest=digest).delete()
+    if not ApiToken.objects.filter(digest=digest).exists():
+        api_token_create(user=user, name=TOKEN_NAME, key=key)
+    return key
 
 
 class Command(BaseCommand):
@@ -33,7 +60,7 @@ class Command(BaseCommand):
             if not user.check_password(password):
                 user.set_password(password)
                 user.save(update_fields=["password"])
-            token, _ = Token.objects.get_or_create(user=user)
+            key = ensure_demo_token(user)
 
         host = os.environ.get("HOST") or "127.0.0.1"
         if host in ("0.0.0.0", "::"):  # listening everywhere; show the loopback address
@@ -48,9 +75,9 @@ class Command(BaseCommand):
             f"  admin     {base}/admin/  (user {USERNAME}, password {shown})",
             f"  API root  {base}/api/v1/",
             f"  API docs  {base}/api/docs/",
-            f"  token     {token.key}",
+            f"  token     {key}",
             "Try:",
-            f'  curl -H "Authorization: Token {token.key}" {base}/api/v1/namespaces',
+            f'  curl -H "Authorization: Token {key}" {base}/api/v1/namespaces',
             "",
         ]
         self.stdout.write("\n".join(lines))
