@@ -20,7 +20,12 @@ from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.services import ApplyResult, changeset_apply
 from entities.services import role_grant
 from entities.store import EntityKey, baseline
-from tests.entities.factories import NamespaceFactory, SuperuserFactory, UserFactory
+from tests.entities.factories import (
+    NamespaceFactory,
+    StaffFactory,
+    SuperuserFactory,
+    UserFactory,
+)
 
 celery_app.conf.task_always_eager = True
 celery_app.conf.task_eager_propagates = True
@@ -48,10 +53,16 @@ def protected_namespace(db):
 
 @pytest.fixture
 def make_user(db) -> Callable[..., Any]:
-    """``make_user("alice", reader=["acme.orders"], writer=[...], maintainer=[...])``."""
+    """``make_user("alice", reader=["acme.orders"], writer=[...], maintainer=[...])``.
 
-    def make(username: str, *, superuser: bool = False, **roles: list[str]) -> Any:
-        user = (SuperuserFactory if superuser else UserFactory)(username=username)
+    ``superuser=True`` holds every role; ``staff=True`` only opens the admin (no role).
+    """
+
+    def make(
+        username: str, *, superuser: bool = False, staff: bool = False, **roles: list[str]
+    ) -> Any:
+        factory = SuperuserFactory if superuser else StaffFactory if staff else UserFactory
+        user = factory(username=username)
         for role, names in roles.items():
             for name in names:
                 role_grant(namespace=NamespaceFactory(name=name), principal=user, role=role)
