@@ -24,7 +24,7 @@ from atlas.api.render import rfc3339
 from changesets import asof
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PutOp, canonical
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, Locked, baseline, namespaces_of
 from tests.atlas.test_errors import assert_problem
 from tests.entities.factories import NamespaceFactory, UserFactory
