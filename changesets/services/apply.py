@@ -1,22 +1,19 @@
 """The one write path: apply an ordered op list to a store as one changeset.
 
-Every entry point (PUT/PATCH/DELETE, batch, delete-by-query, and later revert,
-import and merge) calls :func:`changeset_apply`, which is what makes every
-entity's history complete (DESIGN invariant 1).
+Every entry point (PUT/PATCH/DELETE, batch, delete-by-query, revert, import
+and merge) calls :func:`changeset_apply`, which is what makes every entity's
+history complete (DESIGN invariant 1). Its steps live where they read best:
+the in-memory rules in ``netchange``, the log statement in ``log_statement``,
+the locking and the writing here.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
-import json_merge_patch
 import uuid6
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -24,154 +21,22 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from atlas.db import prepared_cursor
-from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
+from atlas.exceptions import NotFound
 from changesets import chain, publisher
 from changesets.exceptions import TooManyOps
 from changesets.hooks import run_write_hooks
-from changesets.models import (
-    BASELINE,
-    Changeset,
-    LogHead,
-    Op,
-    Revision,
-    Rpc,
-)
-from changesets.ops import (
-    DeleteOp,
-    IfMatch,
-    OpResult,
-    PatchOp,
-    PutOp,
-    WriteOp,
-    canonical,
-    op_repr,
-)
+from changesets.models import BASELINE, Changeset, LogHead, Rpc
+from changesets.ops import WriteOp, op_repr
+from changesets.services import log_statement, netchange
+from changesets.services.netchange import Folded, NetChange
+from changesets.services.result import ApplyResult, PlannedResult
 from entities import access
 from entities.models import Namespace
-from entities.store import (
-    BaselineStore,
-    EntityKey,
-    EntityStore,
-    EntityWrite,
-    KeyRaced,
-    StoredEntity,
-    WriteSql,
-    json_array,
-)
-from entities.validation import (
-    MSG_BAD_TEXT,
-    MSG_CONTENT_OBJECT,
-    MSG_CONTENT_TOO_LARGE,
-    as_stored,
-    find_nul,
-)
+from entities.store import EntityKey, EntityStore, KeyRaced, StoredEntity, WriteSql
 
 MAX_ATTEMPTS = 5
 # PostgreSQL's codes for "try the whole transaction again".
 RETRYABLE_SQLSTATES = {"40P01", "40001"}
-
-
-@dataclass(slots=True)
-class _KeyState:
-    exists: bool
-    content: dict[str, Any] | None
-    version: int | None
-    # ``content`` in canonical form (``ops.canonical``), made at most once.
-    text: str | None = None
-
-
-def _text_of(state: _KeyState) -> str:
-    if state.text is None:
-        state.text = canonical(state.content)
-    return state.text
-
-
-def _same(state: _KeyState, content: Any, text: str) -> bool:
-    """``same_content(state.content, content)``, reusing both canonical forms."""
-    return state.content == content and _text_of(state) == text
-
-
-@dataclass(frozen=True, slots=True)
-class _NetChange:
-    """One key's net change in a changeset: what its revision row records."""
-
-    key: EntityKey
-    op: Op
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    before_version: int | None
-    after_version: int | None
-    before_text: str | None
-    after_text: str | None
-
-
-_REVISION_FIELDS = (
-    "id",
-    "changeset_id",
-    "seq",
-    "branch",
-    "at",
-    "namespace",
-    "kind",
-    "slug",
-    "op",
-    "before",
-    "after",
-    "before_version",
-    "after_version",
-)
-
-
-@dataclass
-class ApplyResult:
-    """What :func:`changeset_apply` did (or, on a dry run, would do).
-
-    ``revisions`` are built on first use (in memory, never re-read): model
-    instances cost more than the rows' insert, and not every caller wants them.
-    """
-
-    changeset: Changeset | None
-    results: list[OpResult]
-    entities: dict[EntityKey, StoredEntity | None] = field(default_factory=dict)
-    dry_run: bool = False
-    changes: Sequence[_NetChange] = field(default=(), repr=False)
-    branch: str = BASELINE
-
-    @functools.cached_property
-    def revisions(self) -> list[Revision]:
-        cs = self.changeset
-        cs_id, seq, at = (cs.id, cs.seq, cs.at) if cs is not None else (None, None, None)
-        # Positional arguments (the concrete fields in order) build a model
-        # instance about 2.5 times faster than keywords; keywords if the model's
-        # fields ever stop matching this order.
-        positional = tuple(f.attname for f in Revision._meta.concrete_fields) == _REVISION_FIELDS
-        out = []
-        for c in self.changes:
-            values = (
-                None,
-                cs_id,
-                seq,
-                self.branch,
-                at,
-                c.key.namespace,
-                c.key.kind,
-                c.key.slug,
-                c.op,
-                c.before,
-                c.after,
-                c.before_version,
-                c.after_version,
-            )
-            revision = (
-                Revision(*values)
-                if positional
-                else Revision(**dict(zip(_REVISION_FIELDS, values, strict=True)))
-            )
-            if cs is not None:
-                revision.changeset = cs
-            out.append(revision)
-        return out
-
 
 Planner = Callable[[Mapping[EntityKey, StoredEntity]], Sequence[WriteOp]]
 
@@ -194,6 +59,7 @@ def check_op_limit(count: int, *, what: str = "") -> None:
         raise TooManyOps(count, limit, what=what)
 
 
+# Past a screen by its docstring only: the numbered "why" is the write path's contract.
 def changeset_apply(
     *,
     store: EntityStore,
@@ -227,9 +93,8 @@ def changeset_apply(
        held to commit, so seq order is commit order (invariant 6); the same
        update computes the chain hash (``changesets.chain``), and the
        statement inserts the changeset, its revisions and its journal entry.
-       (A branch or merge store writes its rows in a statement of its own
-       first.) The write hooks (``changesets.hooks``) run after it, still
-       inside the transaction.
+       Every store's writes ride in it (``EntityStore.write_sql``). The write
+       hooks (``changesets.hooks``) run after it, still inside the transaction.
 
     A create that loses a race to a concurrent create, or a deadlock, rolls
     the attempt back and retries it whole: the retry sees the winner's row
@@ -254,30 +119,23 @@ def changeset_apply(
                     dry_run=dry_run,
                     check_permissions=check_permissions,
                 )
-        except KeyRaced:
-            if attempt == MAX_ATTEMPTS:
-                raise
-        except _HeadMissing:
-            # The migration creates the row; recreate it if someone removed it
-            # (a transactional test's flush does), then write again.
-            LogHead.objects.get_or_create(id=1)
-            if attempt == MAX_ATTEMPTS:
-                raise
-        except OperationalError as exc:
-            sqlstate = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
-            if sqlstate not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
+        except (KeyRaced, _HeadMissing, OperationalError) as exc:
+            if not _worth_retrying(exc) or attempt == MAX_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-@dataclass
-class PlannedResult:
-    """What a planned write (revert, import) did: the ops it chose, as batch ops."""
-
-    changeset: Changeset | None
-    ops: list[dict[str, Any]]
-    dry_run: bool
-    applied: ApplyResult
+def _worth_retrying(exc: Exception) -> bool:
+    """A lost create race, a deadlock or serialization failure: the whole write
+    again. A missing log head: recreate it first (the migration creates the row;
+    a transactional test's flush removes it)."""
+    if isinstance(exc, _HeadMissing):
+        LogHead.objects.get_or_create(id=1)
+        return True
+    if isinstance(exc, OperationalError):
+        sqlstate = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
+        return sqlstate in RETRYABLE_SQLSTATES
+    return True
 
 
 def changeset_apply_planned(
@@ -311,59 +169,6 @@ def changeset_apply_planned(
     return PlannedResult(result.changeset, [op_repr(op) for op in planned], dry_run, result)
 
 
-def _check_precondition(op: WriteOp, state: _KeyState) -> None:
-    if_match: IfMatch = op.if_match
-    if if_match is not None:
-        if not state.exists:
-            raise PreconditionFailed(
-                f"{op.key} does not exist, so If-Match cannot hold.", pointer=op.pointer
-            )
-        allowed = if_match if isinstance(if_match, tuple) else (if_match,)
-        if if_match != "*" and state.version not in allowed:
-            *others, last = map(str, allowed)
-            wanted = f"{', '.join(others)} or {last}" if others else last
-            raise PreconditionFailed(
-                f"{op.key} is at version {state.version}, not {wanted}.", pointer=op.pointer
-            )
-    if isinstance(op, PutOp) and op.if_none_match and state.exists:
-        raise PreconditionFailed(f"{op.key} already exists.", pointer=op.pointer)
-
-
-def _checked_content(op: WriteOp, content: Any) -> tuple[dict[str, Any], str]:
-    """Validate content whoever built the op (API, import, revert), and normalize
-    it to what jsonb stores, so comparisons and revision images are exact.
-
-    Returns the content and its canonical JSON text: the one serialization the
-    size check, comparisons, the entity and revision rows and the chain share.
-    """
-    where = (op.pointer or "") + "/content"
-
-    def invalid(detail: str, pointer: str) -> ValidationFailed:
-        return ValidationFailed(
-            detail, pointer=op.pointer, errors=[{"pointer": pointer, "detail": detail}]
-        )
-
-    if not isinstance(content, dict):
-        raise invalid(MSG_CONTENT_OBJECT, where)
-    bad = find_nul(content)
-    if bad is not None:
-        raise invalid(MSG_BAD_TEXT, where + bad)
-    try:
-        content = as_stored(content)
-    except ValueError as exc:
-        raise invalid(str(exc), where) from exc
-    text = canonical(content)
-    # Same measure as entities.validation.encoded_size (compact UTF-8; key order
-    # does not change the length). At most 4 bytes a character: most content
-    # needs no encoding to know it is under the limit.
-    limit = settings.ATLAS_MAX_CONTENT_BYTES
-    if len(text) * 4 > limit and (size := len(text.encode())) > limit:
-        raise PayloadTooLarge(
-            MSG_CONTENT_TOO_LARGE.format(size=size, limit=limit), pointer=op.pointer
-        )
-    return content, text
-
-
 def _apply_once(
     *,
     store: EntityStore,
@@ -376,153 +181,114 @@ def _apply_once(
     dry_run: bool,
     check_permissions: bool,
 ) -> ApplyResult:
+    """One attempt of :func:`changeset_apply`, inside its transaction, step by step."""
     branch = store.branch
     touched = [(k, None) for k in plan_keys] if plan else [(op.key, op.pointer) for op in ops]
     keys = list(dict.fromkeys(k for k, _ in touched))  # first-touch order
+    initial = _lock(store, actor, touched, keys, check_permissions=check_permissions)  # 1
+    if plan is not None:
+        ops = _planned_ops(plan, initial, keys)
+    missing = [k for k in keys if k not in initial]
+    last_versions = _last_versions(branch, missing) if missing else {}
+    base, state = netchange.initial_states(keys, initial)
+    results = netchange.run_ops(ops, state, initial=initial, last_versions=last_versions)  # 2
+    folded = netchange.fold(keys, base, state)
+    results = netchange.unmoved_results(ops, results, folded.unmoved, initial)
+    changeset, now = None, timezone.now()
+    if folded.changes and not dry_run:  # 3: otherwise no changeset
+        changeset, now = _record(store=store, actor=actor, rpc=rpc, comment=comment, folded=folded)
+    return ApplyResult(
+        changeset=changeset,
+        results=results,
+        entities=netchange.final_entities(
+            initial, state, keys, folded.unmoved, changeset.id if changeset else None, now
+        ),
+        dry_run=dry_run,
+        changes=folded.changes,
+        branch=branch,
+    )
 
-    # Namespaces must exist (staff create them) and be writable by the actor.
-    # The store reads them in its lock statement, locking rows only where the
-    # guard says the actor may write, so a refused caller never holds a lock.
+
+def _lock(
+    store: EntityStore,
+    actor: AbstractBaseUser,
+    touched: Sequence[tuple[EntityKey, str | None]],
+    keys: Sequence[EntityKey],
+    *,
+    check_permissions: bool,
+) -> dict[EntityKey, StoredEntity]:
+    """Step 1: lock the keys' existing rows; refuse a missing namespace (404) or
+    a role the actor lacks (403).
+
+    Namespaces must exist (staff create them) and be writable by the actor.
+    The store reads them in its lock statement, locking rows only where the
+    guard says the actor may write, so a refused caller never holds a lock.
+    """
     first_pointer: dict[str, str | None] = {}
     for key, pointer in touched:
         first_pointer.setdefault(key.namespace, pointer)
-    guard = access.write_guard(actor, branch=branch) if check_permissions else None
+    guard = access.write_guard(actor, branch=store.branch) if check_permissions else None
     initial, existing = store.lock(keys, guard=guard)
-    namespaces: dict[str, Namespace] = {}
     for name, pointer in first_pointer.items():
         if name not in existing:
             raise NotFound(f"Namespace {name!r} not found.", pointer=pointer)
-    for name in sorted(existing):  # the order the checks ran in before (by name)
-        namespaces[name] = Namespace.from_db(
-            connection.alias, ["name", "protected"], (name, existing[name])
-        )
     if check_permissions:
-        access.require_write(actor, namespaces, branch=branch, pointers=first_pointer)
+        namespaces = {  # in name order: the order the checks ran in before
+            name: Namespace.from_db(connection.alias, ["name", "protected"], (name, existing[name]))
+            for name in sorted(existing)
+        }
+        access.require_write(actor, namespaces, branch=store.branch, pointers=first_pointer)
+    return initial
 
-    if plan is not None:
-        ops = list(plan(initial))
-        check_op_limit(len(ops))
-        stray = {op.key for op in ops} - set(keys)
-        if stray:
-            raise AssertionError(f"plan touched keys it did not lock: {sorted(stray)}")
-    missing = [k for k in keys if k not in initial]
-    last_versions = _last_versions(branch, missing) if missing else {}
 
-    def next_version(key: EntityKey) -> int:
-        # Versions never restart: a re-created key continues after its last
-        # version, so an old ETag can never match a new incarnation.
-        if key in initial:
-            return initial[key].version + 1
-        return last_versions.get(key, 0) + 1
+def _planned_ops(
+    plan: Planner, initial: Mapping[EntityKey, StoredEntity], keys: Sequence[EntityKey]
+) -> list[WriteOp]:
+    """A plan's ops, decided under the locks; counted against the op limit at once."""
+    ops = list(plan(initial))
+    check_op_limit(len(ops))
+    stray = {op.key for op in ops} - set(keys)
+    if stray:
+        raise AssertionError(f"plan touched keys it did not lock: {sorted(stray)}")
+    return ops
 
-    base: dict[EntityKey, _KeyState] = {
-        k: _KeyState(True, e.content, e.version) for k, e in initial.items()
-    }
-    state: dict[EntityKey, _KeyState] = {
-        k: base.get(k) or _KeyState(False, None, None) for k in keys
-    }
-    results: list[OpResult] = []
-    for op in ops:
-        cur = state[op.key]
-        _check_precondition(op, cur)
-        if isinstance(op, DeleteOp):
-            if not cur.exists and op.missing_ok:
-                results.append(OpResult(op.pointer, "unchanged", None))
-                continue
-            if not cur.exists:
-                raise NotFound(f"{op.key} does not exist.", pointer=op.pointer)
-            state[op.key] = _KeyState(False, None, None)
-            results.append(OpResult(op.pointer, "deleted", None))
-            continue
-        if isinstance(op, PatchOp):
-            if not cur.exists:
-                raise NotFound(f"{op.key} does not exist.", pointer=op.pointer)
-            new = json_merge_patch.merge(copy.deepcopy(cur.content), copy.deepcopy(op.patch))
-        else:
-            new = op.content
-        new, text = _checked_content(op, new)
-        if cur.exists and _same(cur, new, text):
-            results.append(OpResult(op.pointer, "unchanged", cur.version))
-            continue
-        status = "updated" if cur.exists else "created"
-        version = next_version(op.key)
-        state[op.key] = _KeyState(True, new, version, text)
-        results.append(OpResult(op.pointer, status, version))
 
-    # Fold to one net change per key (invariant 4).
-    unmoved: set[EntityKey] = set()
-    creates: list[EntityWrite] = []
-    updates: list[EntityWrite] = []
-    deletes: list[EntityKey] = []
-    changes: list[_NetChange] = []
-    for key in keys:
-        before, after = base.get(key), state[key]
-        if after is before or (
-            (before is None and not after.exists)
-            or (
-                before is not None
-                and after.exists
-                and _same(before, after.content, _text_of(after))
-            )
-        ):
-            unmoved.add(key)  # e.g. created and deleted in one batch: no trace
-            continue
-        if before is None:
-            op_kind = Op.CREATE
-            creates.append(EntityWrite(key, after.content, after.version, _text_of(after)))
-        elif not after.exists:
-            op_kind = Op.DELETE
-            deletes.append(key)
-        else:
-            op_kind = Op.UPDATE
-            updates.append(EntityWrite(key, after.content, after.version, _text_of(after)))
-        changes.append(
-            _NetChange(
-                key=key,
-                op=op_kind,
-                before=before.content if before else None,
-                after=after.content if after.exists else None,
-                before_version=before.version if before else None,
-                after_version=after.version if after.exists else None,
-                before_text=_text_of(before) if before else None,
-                after_text=_text_of(after) if after.exists else None,
-            )
-        )
-
-    if unmoved:
-        # Ops on a key that ends where it began moved nothing: say so, with the
-        # version the key really has, rather than a version never written.
-        results = [
-            OpResult(r.pointer, "unchanged", initial[op.key].version if op.key in initial else None)
-            if op.key in unmoved
-            else r
-            for op, r in zip(ops, results, strict=True)
-        ]
-
-    if not changes or dry_run:
-        return ApplyResult(
-            changeset=None,
-            results=results,
-            entities=_final_entities(initial, state, keys, unmoved, None, timezone.now()),
-            dry_run=dry_run,
-            changes=changes,
-            branch=branch,
-        )
-
+def _record(
+    *, store: EntityStore, actor: AbstractBaseUser, rpc: str, comment: str, folded: Folded
+) -> tuple[Changeset, datetime]:
+    """Step 4: the store's rows and the log in one statement, then the write hooks;
+    a baseline changeset is published after commit. Returns it and its clock reading."""
+    changes, branch = folded.changes, store.branch
     changeset_id: UUID = uuid6.uuid7()
     now = log_clock()
-    # The baseline's entity writes run in the log statement itself (one round
-    # trip); another store writes its rows first, then the log statement runs.
-    entity_sql = None
-    if isinstance(store, BaselineStore):
-        entity_sql = store.write_sql(
-            changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
-        )
-    else:
-        store.apply(
-            changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
-        )
-    revisions_hex = chain.digest_lines(
+    entity_sql = store.write_sql(
+        changeset_id=changeset_id,
+        now=now,
+        creates=folded.creates,
+        updates=folded.updates,
+        deletes=folded.deletes,
+    )
+    changeset = log_statement.new_changeset(
+        changeset_id, actor=actor, rpc=rpc, comment=comment, branch=branch, changes=changes
+    )
+    _write_log(
+        changeset,
+        changes,
+        now=now,
+        revisions_hex=_revisions_digest(changes, branch),
+        journal=branch == BASELINE,
+        entity_sql=entity_sql,
+    )
+    # From here to COMMIT this transaction holds the log head's lock: keep it short.
+    run_write_hooks(changeset)
+    if branch == BASELINE:
+        transaction.on_commit(lambda: _publish_after_commit(changeset_id))
+    return changeset, now
+
+
+def _revisions_digest(changes: Sequence[NetChange], branch: str) -> str:
+    """The chain's digest of the revision rows, from the canonical texts already made."""
+    return chain.digest_lines(
         chain.revision_line(
             namespace=c.key.namespace,
             kind=c.key.kind,
@@ -535,37 +301,6 @@ def _apply_once(
             branch=branch,
         )
         for c in changes
-    )
-    changeset = Changeset(
-        id=changeset_id,
-        author=actor if getattr(actor, "pk", None) else None,
-        author_name=actor.get_username(),
-        message=f"{rpc}: {len(changes)} change(s)",
-        comment=comment or "",
-        branch=branch,
-        rpc=rpc,
-        op_count=len(changes),
-        namespaces=sorted({c.key.namespace for c in changes}),
-    )
-    _write_log(
-        changeset,
-        changes,
-        now=now,
-        revisions_hex=revisions_hex,
-        journal=branch == BASELINE,
-        entity_sql=entity_sql,
-        creates=len(creates),
-    )
-    # From here to COMMIT this transaction holds the log head's lock: keep it short.
-    run_write_hooks(changeset)
-    if branch == BASELINE:
-        transaction.on_commit(lambda: _publish_after_commit(changeset_id))
-    return ApplyResult(
-        changeset=changeset,
-        results=results,
-        entities=_final_entities(initial, state, keys, unmoved, changeset_id, now),
-        changes=changes,
-        branch=branch,
     )
 
 
@@ -589,125 +324,35 @@ class _HeadMissing(Exception):
 
 def _write_log(
     changeset: Changeset,
-    changes: Sequence[_NetChange],
+    changes: Sequence[NetChange],
     *,
     now: datetime,
     revisions_hex: str,
     journal: bool,
-    entity_sql: WriteSql | None = None,
-    creates: int = 0,
+    entity_sql: WriteSql,
 ) -> None:
-    """Draw seq and write the log, in one statement (data-modifying CTEs): the
-    entity writes (``entity_sql``, the baseline's), then the log head's update,
-    which takes its lock, draws ``seq`` and ``at`` and computes the chain hash
-    in PostgreSQL (``chain.hash_sql``), then the changeset, its revisions and
-    (baseline) its journal entry. Sets ``seq``, ``at``, ``prev_hash`` and
-    ``hash`` on ``changeset`` and marks it a saved row.
-
-    One statement means the head's lock is taken after the entity rows are
-    written (the update reads their row counts first) and never waits on a
-    round trip to Python while held; the transaction holds it to COMMIT, so seq
-    order is commit order (invariant 6). ``at`` is ``now`` (the time the entity
-    rows carry, in milliseconds: :func:`log_clock`) unless a changeset that
-    committed first had a later clock reading, so ``at`` never runs backwards
-    in seq order.
-
-    Revision rows are inserted from column arrays in written order (ids follow
-    it, and the chain digests revisions in id order); the images go over as
-    two JSON arrays of the canonical texts already made (``json_array``; an
-    image is an object or absent, so a ``null`` element means absent).
+    """Run the log statement (``log_statement``: the store's rows, then seq, the
+    changeset, its revisions and, on baseline, its journal entry); set ``seq``,
+    ``at``, ``prev_hash`` and ``hash`` on ``changeset``.
 
     A create that lost a race inserted nothing: the head is not moved, nothing
-    is logged, and :class:`KeyRaced` retries the whole write.
+    is logged, and :class:`KeyRaced` retries the whole write. (Tests wrap this
+    function to pause between drawing seq and COMMIT.)
     """
-    # One JSON document of keys, ops and versions, and one per image column
-    # (json_array), instead of eight arrays: psycopg adapts arrays in Python.
-    rows = json.dumps(
-        [
-            [c.key.namespace, c.key.kind, c.key.slug, str(c.op), c.before_version, c.after_version]
-            for c in changes
-        ]
-    )
-    befores = json_array(c.before_text for c in changes)
-    afters = json_array(c.after_text for c in changes)
-    cs = changeset
-    # Truncated again in SQL: a log head written before the millisecond rule
-    # may still hold microseconds.
-    at = (
-        "date_trunc('milliseconds',"
-        " GREATEST(%(now)s::timestamptz, COALESCE(at, %(now)s::timestamptz)))"
-    )
-    prev = f"COALESCE(NULLIF(hash, ''), '{chain.GENESIS}')"
-    new_hash = chain.hash_sql(prev=prev, at=at, seq="seq + 1", middle="%(middle)s")
-    if entity_sql is not None:
-        with_entities = (
-            f"{entity_sql.ctes}, w AS (SELECT {entity_sql.created} AS created,"
-            f" {entity_sql.written} AS written),"
-        )
-        head_from, head_where = " FROM w", " AND w.created = %(creates)s::bigint"
-        tail = ", w.created FROM w LEFT JOIN h ON TRUE"
-        params: dict[str, Any] = dict(entity_sql.params)
-    else:
-        with_entities, head_from, head_where, tail, params = "", "", "", ", 0 FROM h", {}
-    journal_sql = (
-        " j AS (INSERT INTO changesets_journalentry (changeset_id, phase, created_at,"
-        " published_at, attempts, last_error, failures)"
-        " SELECT %(id)s::uuid, 'committed', h.at, NULL, 0, '', 0 FROM h),"
-        if journal
-        else ""
-    )
-    sql = (
-        f"WITH {with_entities}"
-        f" h AS (UPDATE changesets_loghead SET seq = seq + 1, at = {at}, prev_hash = {prev},"
-        f" hash = {new_hash}{head_from} WHERE id = 1{head_where}"
-        " RETURNING seq, at, prev_hash, hash),"
-        " c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
-        " message, comment, branch, rpc, op_count, namespaces, prev_hash, hash)"
-        " SELECT %(id)s::uuid, h.seq, %(author)s::int, %(author_name)s::text, h.at,"
-        " %(message)s::text, %(comment)s::text, %(branch)s::text, %(rpc)s::text,"
-        " %(op_count)s::int, %(namespaces)s::varchar[], h.prev_hash, h.hash FROM h),"
-        f"{journal_sql}"
-        " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
-        " kind, slug, op, before, after, before_version, after_version)"
-        " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.k->>0, r.k->>1, r.k->>2,"
-        " r.k->>3, NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), (r.k->>4)::int,"
-        " (r.k->>5)::int"
-        " FROM h CROSS JOIN ROWS FROM (jsonb_array_elements(%(rows)s::jsonb),"
-        " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb))"
-        " WITH ORDINALITY AS r(k, before, after, n) ORDER BY r.n)"
-        f" SELECT h.seq, h.at, h.prev_hash, h.hash{tail}"
-    )
-    params.update(
-        {
-            "now": now,
-            "creates": creates,
-            "middle": chain.header_middle(cs, revisions_hex),
-            "id": cs.id,
-            "author": cs.author_id,
-            "author_name": cs.author_name,
-            "message": cs.message,
-            "comment": cs.comment,
-            "branch": cs.branch,
-            "rpc": cs.rpc,
-            "op_count": cs.op_count,
-            "namespaces": cs.namespaces,
-            "rows": rows,
-            "befores": befores,
-            "afters": afters,
-        }
+    sql = log_statement.statement(entity_sql, journal=journal)
+    values = log_statement.params(
+        changeset, changes, now=now, revisions_hex=revisions_hex, entity_sql=entity_sql
     )
     with prepared_cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, values)
         row = cursor.fetchone()
     if row is None or row[0] is None:
         # The head did not move: a create lost its race (fewer rows inserted than
         # meant), or else the head's row is gone.
-        if row is not None and row[4] != creates:
+        if row is not None and row[4] != entity_sql.creates:
             raise KeyRaced()
         raise _HeadMissing()
-    cs.seq, cs.at, cs.prev_hash, cs.hash = row[:4]
-    cs._state.adding = False
-    cs._state.db = connection.alias
+    changeset.seq, changeset.at, changeset.prev_hash, changeset.hash = row[:4]
 
 
 def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:
@@ -716,10 +361,13 @@ def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, in
     On a branch, the baseline's history counts too: a branch's versions of a
     key continue the baseline's, so an ETag never names two different states.
     """
+    # Raw SQL buys a LATERAL newest-revision probe per key on the history index, in one
+    # statement; the keys go over as one JSON document, like every write statement's.
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT k.ns, k.kind, k.slug, GREATEST(b.v, o.v)"
-            " FROM unnest(%s::text[], %s::text[], %s::text[]) AS k(ns, kind, slug)"
+            " FROM (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
+            "  FROM jsonb_array_elements(%s::jsonb) v) k"
             " LEFT JOIN LATERAL ("
             "   SELECT COALESCE(r.after_version, r.before_version) AS v"
             "   FROM changesets_revision r"
@@ -733,42 +381,9 @@ def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, in
             "     AND r.kind = k.kind AND r.slug = k.slug"
             "   ORDER BY r.seq DESC LIMIT 1) o ON TRUE"
             " WHERE b.v IS NOT NULL OR o.v IS NOT NULL",
-            [
-                [k.namespace for k in keys],
-                [k.kind for k in keys],
-                [k.slug for k in keys],
-                branch,
-            ],
+            [json.dumps([[k.namespace, k.kind, k.slug] for k in keys]), branch],
         )
         return {EntityKey(ns, kind, slug): v for ns, kind, slug, v in cursor.fetchall()}
-
-
-def _final_entities(
-    initial: dict[EntityKey, StoredEntity],
-    state: dict[EntityKey, _KeyState],
-    keys: Sequence[EntityKey],
-    unmoved: set[EntityKey],
-    changeset_id: UUID | None,
-    now: Any,
-) -> dict[EntityKey, StoredEntity | None]:
-    """Each key's state after the changeset, built from memory (no re-read)."""
-    out: dict[EntityKey, StoredEntity | None] = {}
-    for key in keys:
-        after, before = state[key], initial.get(key)
-        if not after.exists:
-            out[key] = None
-        elif before is not None and key in unmoved:
-            out[key] = before
-        else:
-            out[key] = StoredEntity(
-                key=key,
-                content=after.content or {},
-                version=after.version or 0,
-                created_at=before.created_at if before else now,
-                updated_at=now,
-                changeset_id=changeset_id,
-            )
-    return out
 
 
 def _publish_after_commit(changeset_id: UUID) -> None:
