@@ -131,7 +131,7 @@ def main() -> None:
     from changesets.feed import cursor_encode, feed_page
     from changesets.models import Revision, Rpc, Subscription
     from changesets.ops import PutOp
-    from changesets.services import changeset_apply
+    from changesets.services.apply import changeset_apply
     from changesets.subscriptions import subscription_create
     from entities.models import Namespace
     from entities.store import EntityKey, baseline

@@ -3,7 +3,7 @@
 :class:`MergeStore` is the baseline store plus a merge's bookkeeping, so a
 merge is one ``changeset_apply`` call and therefore one transaction: its
 ``lock`` locks the branch and re-checks the merge plan under the locks, its
-``apply`` marks the branch merged next to the baseline writes. The write
+``write_sql`` marks the branch merged next to the baseline writes. The write
 service needs no merge-specific code (and ``changesets`` never imports
 ``branches``).
 """
@@ -24,6 +24,7 @@ from entities.store import (
     EntityWrite,
     Locked,
     StoredEntity,
+    WriteSql,
     baseline,
     guard_allows,
     namespaces_of,
@@ -82,7 +83,7 @@ class MergeStore:
             raise PlanMoved()
         return Locked({k: e for k, e in locked.items() if k in wanted}, existing)
 
-    def apply(
+    def write_sql(
         self,
         *,
         changeset_id: UUID,
@@ -90,18 +91,19 @@ class MergeStore:
         creates: Sequence[EntityWrite],
         updates: Sequence[EntityWrite],
         deletes: Sequence[EntityKey],
-    ) -> None:
-        """Write baseline, then close the branch on this changeset and drop its overlay.
+    ) -> WriteSql:
+        """Close the branch on this changeset and drop its overlay, then hand back
+        baseline's writes for the log statement.
 
         ``merged_changeset`` names the changeset being written: its row is
         inserted later in this same transaction (foreign keys are checked at
         commit).
         """
-        baseline.apply(
-            changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
-        )
         close_branch(
             self.merging.pk, status=BranchStatus.MERGED, now=now, merged_changeset_id=changeset_id
+        )
+        return baseline.write_sql(
+            changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
         )
 
 

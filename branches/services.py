@@ -44,7 +44,7 @@ from branches.store import (
 )
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp
-from changesets.services import changeset_apply, check_op_limit
+from changesets.services.apply import changeset_apply, check_op_limit
 from entities import access
 from entities.access import Role
 from entities.models import Namespace

@@ -3,7 +3,7 @@
 :class:`BranchStore` implements ``entities.store.EntityStore`` over a branch:
 reads see the branch's overlay rows over baseline *as it is now* (a tombstone
 hides the baseline row), writes land in the overlay only. The write service
-(``changesets.services.changeset_apply``) drives it exactly like the baseline
+(``changesets.services.apply.changeset_apply``) drives it exactly like the baseline
 store, which is how branch writes become changesets with ``branch`` set.
 
 :class:`branches.merge.MergeStore` is the baseline store plus a merge's
@@ -16,6 +16,7 @@ per write (they are cheap), never share one between threads.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,13 +27,14 @@ from django.db import connection
 
 from atlas.exceptions import PermissionDenied
 from branches.exceptions import BranchClosed
-from branches.models import Branch, BranchStatus
+from branches.models import Branch, BranchEntity, BranchStatus
 from branches.selectors import may_write
 from entities.store import (
     EntityKey,
     EntityWrite,
     Locked,
     StoredEntity,
+    WriteSql,
     contents_json,
     entity_filters,
     guard_allows,
@@ -46,8 +48,12 @@ if TYPE_CHECKING:
 _VIEW_COLUMNS = "namespace_id, kind, slug, content, version, created_at, updated_at, changeset_id"
 
 
-def _columns(keys: Sequence[EntityKey]) -> list[list[str]]:
-    return [[k.namespace for k in keys], [k.kind for k in keys], [k.slug for k in keys]]
+def _keys_json(keys: Sequence[EntityKey], *extra: Sequence[Any]) -> str:
+    """``[[namespace, kind, slug, *extra], …]`` as one JSON document, the write
+    path's one way of passing many keys (see ``entities.store.json_array``)."""
+    return json.dumps(
+        [[k.namespace, k.kind, k.slug, *more] for k, *more in zip(keys, *extra, strict=True)]
+    )
 
 
 class LockedBranch(NamedTuple):
@@ -73,13 +79,12 @@ def lock_branch_row(branch_id: int) -> LockedBranch:
     lock sees the locked row's newest version, but every other table as of
     its own start, i.e. before the transaction it waited for committed.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, name, status, namespaces, created_by_id FROM branches_branch"
-            " WHERE id = %s FOR UPDATE",
-            [branch_id],
-        )
-        row = cursor.fetchone()
+    row = (
+        Branch.objects.select_for_update()
+        .filter(pk=branch_id)
+        .values_list("id", "name", "status", "namespaces", "created_by_id")
+        .first()
+    )
     if row is None:  # pragma: no cover - branch rows are never deleted
         raise BranchClosed("The branch no longer exists.")
     return LockedBranch(row[0], row[1], row[2], list(row[3]), row[4])
@@ -109,6 +114,23 @@ def require_writer(user: Any, locked: LockedBranch, namespaces: Iterable[str] = 
 def require_open(name: str, status: str) -> None:
     if status != BranchStatus.OPEN:
         raise BranchClosed(f"Branch {name!r} is {status}; it takes no more changes.")
+
+
+# Raw SQL buys one statement for the overlay rows and baseline's share-locked rows.
+_LOCK_VIEW = (
+    "WITH k AS (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
+    "  FROM jsonb_array_elements(%s::jsonb) v),"
+    " b AS (SELECT e.namespace_id, e.kind, e.slug, e.content, e.version, e.created_at,"
+    "  e.updated_at, e.changeset_id FROM entities_entity e"
+    "  JOIN k ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+    "  ORDER BY e.namespace_id, e.kind, e.slug FOR SHARE OF e)"
+    " SELECT k.ns, k.kind, k.slug, o.id IS NOT NULL, o.deleted, o.content, o.version,"
+    "  o.created_at, o.updated_at, o.changeset_id,"
+    "  b.content, b.version, b.created_at, b.updated_at, b.changeset_id"
+    " FROM k LEFT JOIN branches_branchentity o ON o.branch_id = %s"
+    "  AND o.namespace_id = k.ns AND o.kind = k.kind AND o.slug = k.slug"
+    " LEFT JOIN b ON b.namespace_id = k.ns AND b.kind = k.kind AND b.slug = k.slug"
+)
 
 
 @dataclass(frozen=True)
@@ -141,6 +163,7 @@ class BranchStore:
     # --- reads: one statement each ------------------------------------------
 
     def get(self, key: EntityKey) -> StoredEntity | None:
+        # Raw SQL buys one statement for overlay-or-baseline (tests/branches pin one per read).
         sql = (
             f"SELECT {_VIEW_COLUMNS}, deleted FROM branches_branchentity"
             " WHERE branch_id = %s AND namespace_id = %s AND kind = %s AND slug = %s"
@@ -183,6 +206,7 @@ class BranchStore:
         }
         o_where, o_params = entity_filters("o.namespace_id", "o.kind", "o.slug", **filters)
         e_where, e_params = entity_filters("e.namespace_id", "e.kind", "e.slug", **filters)
+        # Raw SQL buys two index-ordered, LIMITed halves and the keyset's row-value comparison.
         sql = (
             f"SELECT {_VIEW_COLUMNS} FROM ("
             f" (SELECT {_VIEW_COLUMNS} FROM branches_branchentity o"
@@ -219,7 +243,7 @@ class BranchStore:
            Overlay rows need no row lock: only holders of the branch lock write them.
 
         Remembers, for keys the branch has not written yet, the baseline
-        version seen here: :meth:`apply` records it as the key's ``base_version``.
+        version seen here: :meth:`write_sql` records it as the key's ``base_version``.
         """
         keys = sorted(set(keys))
         existing = namespaces_of(k.namespace for k in keys) if keys else {}
@@ -233,22 +257,8 @@ class BranchStore:
         self._seen = {}
         if not keys:
             return Locked({}, existing)
-        sql = (
-            "WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[])"
-            "  AS k(ns, kind, slug)),"
-            " b AS (SELECT e.namespace_id, e.kind, e.slug, e.content, e.version, e.created_at,"
-            "  e.updated_at, e.changeset_id FROM entities_entity e"
-            "  JOIN k ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
-            "  ORDER BY e.namespace_id, e.kind, e.slug FOR SHARE OF e)"
-            " SELECT k.ns, k.kind, k.slug, o.id IS NOT NULL, o.deleted, o.content, o.version,"
-            "  o.created_at, o.updated_at, o.changeset_id,"
-            "  b.content, b.version, b.created_at, b.updated_at, b.changeset_id"
-            " FROM k LEFT JOIN branches_branchentity o ON o.branch_id = %s"
-            "  AND o.namespace_id = k.ns AND o.kind = k.kind AND o.slug = k.slug"
-            " LEFT JOIN b ON b.namespace_id = k.ns AND b.kind = k.kind AND b.slug = k.slug"
-        )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*_columns(keys), self.branch_id])
+            cursor.execute(_LOCK_VIEW, [_keys_json(keys), self.branch_id])
             rows = cursor.fetchall()
         view: dict[EntityKey, StoredEntity] = {}
         for row in rows:
@@ -264,7 +274,7 @@ class BranchStore:
                 view[key] = row_to_entity((*row[:3], *row[10:15]))
         return Locked(view, existing)
 
-    def apply(
+    def write_sql(
         self,
         *,
         changeset_id: UUID,
@@ -272,86 +282,82 @@ class BranchStore:
         creates: Sequence[EntityWrite],
         updates: Sequence[EntityWrite],
         deletes: Sequence[EntityKey],
-    ) -> None:
-        """Write the changeset's net effect into the overlay, set-based.
+    ) -> WriteSql:
+        """The changeset's net effect on the overlay, as CTEs for the log statement.
 
         Creates and updates are one upsert (content), deletes one upsert of
         tombstones; a key's first write on the branch records ``base_version``
-        from what :meth:`lock` saw. A newly touched namespace is added to the
-        branch's set (which decides who can see the branch).
+        from what :meth:`lock` saw. Upserts cannot lose a race (the branch
+        lock serializes this branch's writers), so ``creates`` is 0. A newly
+        touched namespace is added to the branch's set (which decides who can
+        see the branch) here, before the log statement.
         """
         if self._seen is None:
-            raise RuntimeError("BranchStore.apply() without lock() in the same transaction")
+            raise RuntimeError("BranchStore.write_sql() without lock() in the same transaction")
         seen = self._seen
+        writes = [*creates, *updates]
+        touched = {k.namespace for k in deletes} | {w.key.namespace for w in writes}
+        if not touched <= self._namespaces:
+            self._namespaces |= touched
+            Branch.objects.filter(pk=self.branch_id).update(namespaces=sorted(self._namespaces))
 
         def base(key: EntityKey) -> int | None:
             first = seen.get(key)
             return first.base_version if first else None
 
-        with connection.cursor() as cursor:
-            writes = [*creates, *updates]
-            if writes:
-                keys = [w.key for w in writes]
-                updated = {w.key for w in updates}
-                # An entity first written here keeps baseline's created_at when
-                # it existed there; a create (or re-create) is born now.
-                created = [
-                    (seen[k].base_created_at or now) if k in seen and k in updated else now
-                    for k in keys
-                ]
-                cursor.execute(
-                    "INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
-                    " content, deleted, version, base_version, created_at, updated_at,"
-                    " changeset_id)"
-                    " SELECT %s, k.ns, k.kind, k.slug, k.content, FALSE, k.version,"
-                    " k.base, k.created, %s, %s"
-                    " FROM ROWS FROM (unnest(%s::text[]), unnest(%s::text[]), unnest(%s::text[]),"
-                    " jsonb_array_elements(%s::jsonb), unnest(%s::int[]), unnest(%s::int[]),"
-                    " unnest(%s::timestamptz[]))"
-                    " AS k(ns, kind, slug, content, version, base, created)"
-                    " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
-                    " content = EXCLUDED.content, deleted = FALSE, version = EXCLUDED.version,"
-                    " created_at = CASE WHEN branches_branchentity.deleted"
-                    "  THEN EXCLUDED.created_at ELSE branches_branchentity.created_at END,"
-                    " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id",
-                    [
-                        self.branch_id,
-                        now,
-                        changeset_id,
-                        *_columns(keys),
-                        contents_json(writes),
-                        [w.version for w in writes],
-                        [base(k) for k in keys],
-                        created,
-                    ],
-                )
-            if deletes:
-                cursor.execute(
-                    "INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
-                    " content, deleted, version, base_version, created_at, updated_at,"
-                    " changeset_id)"
-                    " SELECT %s, k.ns, k.kind, k.slug, NULL, TRUE, NULL, k.base, %s, %s, %s"
-                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[])"
-                    " AS k(ns, kind, slug, base)"
-                    " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
-                    " content = NULL, deleted = TRUE, version = NULL,"
-                    " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id",
-                    [
-                        self.branch_id,
-                        now,
-                        now,
-                        changeset_id,
-                        *_columns(deletes),
-                        [base(k) for k in deletes],
-                    ],
-                )
-            touched = {k.namespace for k in deletes} | {w.key.namespace for w in writes}
-            if not touched <= self._namespaces:
-                self._namespaces |= touched
-                cursor.execute(
-                    "UPDATE branches_branch SET namespaces = %s::varchar[] WHERE id = %s",
-                    [sorted(self._namespaces), self.branch_id],
-                )
+        def born(key: EntityKey, updated: bool) -> str:
+            # An entity first written here keeps baseline's created_at when it
+            # existed there; a create (or re-create) is born now.
+            first = seen.get(key)
+            at = first.base_created_at if first and updated else None
+            return (at or now).isoformat()
+
+        # Raw SQL buys the round trip: these CTEs ride the log statement.
+        ctes: list[str] = []
+        counts: list[str] = []
+        params: dict[str, Any] = {"e_branch": self.branch_id, "e_now": now, "e_cs": changeset_id}
+        if writes:
+            ctes.append(_UPSERT_LIVE)
+            keys = [w.key for w in writes]
+            params["ew_keys"] = _keys_json(
+                keys,
+                [w.version for w in writes],
+                [base(k) for k in keys],
+                [born(k, i >= len(creates)) for i, k in enumerate(keys)],
+            )
+            params["ew_content"] = contents_json(writes)
+            counts.append("(SELECT count(*) FROM ew)")
+        if deletes:
+            ctes.append(_UPSERT_TOMBSTONES)
+            params["et_keys"] = _keys_json(deletes, [base(k) for k in deletes])
+            counts.append("(SELECT count(*) FROM et)")
+        return WriteSql(", ".join(ctes), params, "0", " + ".join(counts) or "0", 0)
+
+
+_UPSERT_LIVE = (
+    "ew AS (INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
+    " content, deleted, version, base_version, created_at, updated_at, changeset_id)"
+    " SELECT %(e_branch)s::bigint, k.key->>0, k.key->>1, k.key->>2, k.content, FALSE,"
+    " (k.key->>3)::int, (k.key->>4)::int, (k.key->>5)::timestamptz,"
+    " %(e_now)s::timestamptz, %(e_cs)s::uuid"
+    " FROM ROWS FROM (jsonb_array_elements(%(ew_keys)s::jsonb),"
+    " jsonb_array_elements(%(ew_content)s::jsonb)) AS k(key, content)"
+    " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
+    " content = EXCLUDED.content, deleted = FALSE, version = EXCLUDED.version,"
+    " created_at = CASE WHEN branches_branchentity.deleted"
+    "  THEN EXCLUDED.created_at ELSE branches_branchentity.created_at END,"
+    " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id RETURNING 1)"
+)
+_UPSERT_TOMBSTONES = (
+    "et AS (INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
+    " content, deleted, version, base_version, created_at, updated_at, changeset_id)"
+    " SELECT %(e_branch)s::bigint, k->>0, k->>1, k->>2, NULL, TRUE, NULL, (k->>3)::int,"
+    " %(e_now)s::timestamptz, %(e_now)s::timestamptz, %(e_cs)s::uuid"
+    " FROM jsonb_array_elements(%(et_keys)s::jsonb) k"
+    " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
+    " content = NULL, deleted = TRUE, version = NULL,"
+    " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id RETURNING 1)"
+)
 
 
 def close_branch(
@@ -362,10 +368,7 @@ def close_branch(
     The overlay is working state, not the log: the branch's changesets and
     revisions stay.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE branches_branch SET status = %s, closed_at = %s, merged_changeset_id = %s"
-            " WHERE id = %s",
-            [str(status), now, merged_changeset_id, branch_id],
-        )
-        cursor.execute("DELETE FROM branches_branchentity WHERE branch_id = %s", [branch_id])
+    Branch.objects.filter(pk=branch_id).update(
+        status=str(status), closed_at=now, merged_changeset_id=merged_changeset_id
+    )
+    BranchEntity.objects.filter(branch_id=branch_id).delete()

@@ -20,7 +20,7 @@ from atlas.api.render import parse_rfc3339, rfc3339
 from changesets.exceptions import ImportConflict, NdjsonError
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
-from changesets.services import PlannedResult, changeset_apply_planned, check_op_limit
+from changesets.services.apply import PlannedResult, changeset_apply_planned, check_op_limit
 from entities import validation as v
 from entities.store import EntityKey, EntityStore, StoredEntity
 

@@ -11,7 +11,7 @@ from atlas.exceptions import NotFound
 from changesets.exceptions import RevertConflict
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
-from changesets.services import PlannedResult, changeset_apply_planned
+from changesets.services.apply import PlannedResult, changeset_apply_planned
 from entities import access
 from entities.store import EntityKey, EntityStore, StoredEntity
 

@@ -1,6 +1,6 @@
 """The entity store interface and its baseline implementation.
 
-The write service (``changesets.services``) takes a store, so the same code
+The write service (``changesets.services.apply``) takes a store, so the same code
 writes baseline and branch overlays, and ``changesets`` never imports
 ``branches``. Every method here is set-based: one statement for any number of
 keys, so a 1,000-op batch costs a handful of round trips.
@@ -20,6 +20,7 @@ from uuid import UUID
 from django.db import connection
 
 from atlas.db import prepared_cursor
+from entities.models import Namespace
 
 if TYPE_CHECKING:
     from entities.access import WriteGuard
@@ -94,11 +95,13 @@ class Locked(NamedTuple):
 
 
 class WriteSql(NamedTuple):
-    """A store's entity writes as SQL (:meth:`BaselineStore.write_sql`).
+    """A store's writes for one changeset, as SQL (:meth:`EntityStore.write_sql`).
 
-    ``ctes``: data-modifying CTEs, comma-separated, to follow ``WITH``;
+    ``ctes``: data-modifying CTEs, comma-separated, to follow ``WITH`` (empty
+    when the store has nothing to add to the log statement);
     ``params``: their named parameters (prefixed ``e``, clear of the log's);
-    ``created``: an expression counting the rows the creates inserted;
+    ``created``: an expression counting the rows the creates inserted, and
+    ``creates``: the count it reaches when no create lost a race;
     ``written``: one counting every row written. A statement that must run
     after the writes (taking the log head's lock) reads ``written``: a CTE's
     rows are complete only once it has been read to the end.
@@ -108,16 +111,17 @@ class WriteSql(NamedTuple):
     params: dict[str, Any]
     created: str
     written: str
+    creates: int
+
+
+# What a store that writes no rows of its own returns (the tests' stand-in stores).
+NO_WRITES = WriteSql("", {}, "0", "0", 0)
 
 
 def namespaces_of(names: Iterable[str]) -> dict[str, bool]:
     """The existing namespaces among ``names``: name → ``protected`` (one statement)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT name, protected FROM entities_namespace WHERE name = ANY(%s::text[])",
-            [sorted(set(names))],
-        )
-        return dict(cursor.fetchall())
+    rows = Namespace.objects.filter(name__in=sorted(set(names))).values_list("name", "protected")
+    return dict(rows)
 
 
 def guard_allows(guard: WriteGuard | None, namespaces: dict[str, bool]) -> bool:
@@ -143,7 +147,7 @@ class EntityStore(Protocol):
 
     def lock(self, keys: Iterable[EntityKey], *, guard: WriteGuard | None = None) -> Locked: ...
 
-    def apply(
+    def write_sql(
         self,
         *,
         changeset_id: UUID,
@@ -151,7 +155,17 @@ class EntityStore(Protocol):
         creates: Sequence[EntityWrite],
         updates: Sequence[EntityWrite],
         deletes: Sequence[EntityKey],
-    ) -> None: ...
+    ) -> WriteSql:
+        """The store's writes for one changeset (keys disjoint across the three lists).
+
+        The write service runs the returned CTEs in the statement that draws
+        seq and writes the log, so every store's rows cost no round trip of
+        their own. A store may first run statements of its own for
+        bookkeeping that does not belong in that statement (a merge closing
+        its branch); only the write service calls it, after :meth:`lock` in
+        the same transaction.
+        """
+        ...
 
 
 def entity_filters(
@@ -221,6 +235,7 @@ class BaselineStore:
     branch = ""
 
     def get(self, key: EntityKey) -> StoredEntity | None:
+        # Raw SQL buys speed on every GET: measured ~0.25 ms here, ~1 ms through values_list().
         with connection.cursor() as cursor:
             cursor.execute(
                 f"{_SELECT} WHERE e.namespace_id = %s AND e.kind = %s AND e.slug = %s",
@@ -254,6 +269,7 @@ class BaselineStore:
             after=after,
         )
         sql = f"{_SELECT} WHERE {where} ORDER BY e.namespace_id, e.kind, e.slug LIMIT %s"
+        # Raw SQL buys the keyset's row-value comparison (entity_filters), which the ORM lacks.
         with connection.cursor() as cursor:
             cursor.execute(sql, [*params, limit])
             return [row_to_entity(row) for row in cursor.fetchall()]
@@ -270,6 +286,8 @@ class BaselineStore:
         keys = sorted(set(keys))
         if not keys:
             return Locked({}, {})
+        # Raw SQL buys one prepared round trip for the namespace check and a guarded,
+        # key-ordered FOR UPDATE: the first of a single write's two statements.
         sql = (
             "WITH k AS (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
             "  FROM jsonb_array_elements(%(keys)s::jsonb) v),"
@@ -312,27 +330,6 @@ class BaselineStore:
                 namespaces[row[0]] = row[8]
         return Locked(rows, namespaces)
 
-    def apply(
-        self,
-        *,
-        changeset_id: UUID,
-        now: datetime,
-        creates: Sequence[EntityWrite],
-        updates: Sequence[EntityWrite],
-        deletes: Sequence[EntityKey],
-    ) -> None:
-        """Write the net effect of one changeset; raise :class:`KeyRaced` on a lost create race."""
-        if not (creates or updates or deletes):
-            return
-        sql = self.write_sql(
-            changeset_id=changeset_id, now=now, creates=creates, updates=updates, deletes=deletes
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(f"WITH {sql.ctes} SELECT {sql.created}", sql.params)
-            created = cursor.fetchone()[0]
-        if created != len(creates):
-            raise KeyRaced()
-
     def write_sql(
         self,
         *,
@@ -342,13 +339,13 @@ class BaselineStore:
         updates: Sequence[EntityWrite],
         deletes: Sequence[EntityKey],
     ) -> WriteSql:
-        """:meth:`apply` as data-modifying CTEs, for the write service to run in the
-        statement that also draws seq and writes the log (one round trip for all).
+        """The live rows' writes as data-modifying CTEs (:meth:`EntityStore.write_sql`).
 
         Keys are disjoint across creates, updates and deletes (one net change
         each), so the three can run in one statement. A create that lost a race
         inserts nothing (``ON CONFLICT DO NOTHING``): ``created`` counts fewer rows.
         """
+        # Raw SQL buys the round trip: these CTEs ride the log statement (one for a write).
         ctes: list[str] = []
         params: dict[str, Any] = {"e_now": now, "e_cs": changeset_id}
         counts: list[str] = []
@@ -392,7 +389,7 @@ class BaselineStore:
             params["ec_content"] = contents_json(creates)
             created = "(SELECT count(*) FROM ec)"
         counts.append(created)
-        return WriteSql(", ".join(ctes), params, created, " + ".join(counts))
+        return WriteSql(", ".join(ctes), params, created, " + ".join(counts), len(creates))
 
 
 baseline = BaselineStore()

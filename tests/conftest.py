@@ -17,7 +17,7 @@ from atlas.celery import app as celery_app
 from atlas.services import api_token_create
 from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
-from changesets.services import ApplyResult, changeset_apply
+from changesets.services.apply import ApplyResult, changeset_apply
 from entities.services import role_grant
 from entities.store import EntityKey, baseline
 from tests.entities.factories import (

@@ -31,7 +31,7 @@ from changesets.api.serializers import (
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, IfMatch, PatchOp, PutOp
 from changesets.selectors import entity_has_history, entity_history
-from changesets.services import ApplyResult, changeset_apply
+from changesets.services.apply import ApplyResult, changeset_apply
 from entities import access
 from entities import validation as v
 from entities.api import serializers as s

@@ -12,8 +12,8 @@ import pytest
 from atlas.api import paging
 from changesets.models import Changeset, Rpc
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
-from entities.store import EntityKey, Locked, namespaces_of
+from changesets.services.apply import changeset_apply
+from entities.store import NO_WRITES, EntityKey, Locked, namespaces_of
 from tests.entities.factories import NamespaceFactory
 
 API = "/api/v1"
@@ -91,8 +91,8 @@ class _BranchStore:
     def lock(self, keys, **kwargs):
         return Locked({}, namespaces_of(k.namespace for k in keys))
 
-    def apply(self, **kwargs):
-        return None
+    def write_sql(self, **kwargs):
+        return NO_WRITES
 
 
 def _write_on_branch(actor, path: str, content: dict) -> str:

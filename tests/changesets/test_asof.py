@@ -24,8 +24,8 @@ from atlas.api.render import rfc3339
 from changesets import asof
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PutOp, canonical
-from changesets.services import changeset_apply
-from entities.store import EntityKey, Locked, baseline, namespaces_of
+from changesets.services.apply import changeset_apply
+from entities.store import NO_WRITES, EntityKey, Locked, baseline, namespaces_of
 from tests.atlas.test_errors import assert_problem
 from tests.entities.factories import NamespaceFactory, UserFactory
 
@@ -499,8 +499,8 @@ class _BranchStore:
     def lock(self, keys, **kwargs):
         return Locked({}, namespaces_of(k.namespace for k in keys))
 
-    def apply(self, **kwargs):
-        return None
+    def write_sql(self, **kwargs):
+        return NO_WRITES
 
 
 @pytest.mark.parametrize("url", [LIST, GET])

@@ -20,7 +20,7 @@ from django.utils import timezone
 from changesets import delivery, feed
 from changesets.models import Revision, Rpc, Subscription
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from changesets.subscriptions import subscription_create, subscription_lag
 from entities.store import baseline
 from tests.changesets.helpers import key

@@ -23,7 +23,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from changesets import delivery, feed
 from changesets.models import Rpc, Subscription
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from changesets.subscriptions import (
     subscription_create,
     subscription_retry,

@@ -329,7 +329,9 @@ def test_recover_batches_exit_status_from_the_shell(staff, namespace, write, hoo
 def test_two_concurrent_recover_batches_runs_publish_each_entry_once(
     staff, namespace, write, hook, woken, monkeypatch
 ):
-    monkeypatch.setattr("changesets.services._publish_after_commit", lambda changeset_id: None)
+    monkeypatch.setattr(
+        "changesets.services.apply._publish_after_commit", lambda changeset_id: None
+    )
     made = [write(staff, f"{NS}/order/o{i}", {"n": i}).changeset for i in range(12)]
     hook.sleep = 0.02  # long enough for the runs to meet on the same entries
     errors: list[BaseException] = []

@@ -21,7 +21,7 @@ from changesets.exceptions import TooManyOps
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PutOp
 from changesets.revert import changeset_revert
-from changesets.services import changeset_apply, changeset_apply_planned
+from changesets.services.apply import changeset_apply, changeset_apply_planned
 from entities.store import baseline
 from tests.atlas.test_errors import assert_problem
 from tests.changesets.helpers import assert_nothing_written, key, log_snapshot

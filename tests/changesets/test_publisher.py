@@ -10,7 +10,7 @@ import pytest
 from changesets import publisher
 from changesets.models import JournalEntry, Rpc
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 from tests.changesets.worker_helpers import celery_configured
 

@@ -18,7 +18,7 @@ from changesets import journal
 from changesets.models import JournalEntry, Rpc
 from changesets.ops import PutOp
 from changesets.relay import JournalRelay, start_in_thread
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from changesets.tasks import journal_publish_batch
 from entities.store import EntityKey, baseline
 from tests.changesets.worker_helpers import wait_for

@@ -22,7 +22,6 @@ from atlas.exceptions import (
     PermissionDenied,
     PreconditionFailed,
 )
-from changesets import services
 from changesets.hooks import in_write_transaction
 from changesets.models import (
     AppendOnlyError,
@@ -34,7 +33,8 @@ from changesets.models import (
     Rpc,
 )
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
-from changesets.services import changeset_apply
+from changesets.services import apply as services
+from changesets.services.apply import changeset_apply
 from changesets.signals import changeset_committed
 from entities.models import Entity
 from entities.store import baseline

@@ -574,7 +574,7 @@ def _setup_django() -> None:
 
 
 def _apply_server_hooks(spec: str) -> None:
-    from changesets import services
+    from changesets.services import apply as services
 
     for hook in filter(None, (h.strip() for h in spec.split(","))):
         name, _, arg = hook.partition("=")
@@ -640,9 +640,9 @@ def _write(spec: dict[str, Any], out_path: Path) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from changesets import services
     from changesets.models import Rpc
     from changesets.ops import DeleteOp, PutOp
+    from changesets.services import apply as services
     from entities.store import BaselineStore, EntityKey, baseline
 
     rng = random.Random(spec.get("seed"))
@@ -739,9 +739,9 @@ def _hold(spec: dict[str, Any]) -> None:
     _setup_django()
     from django.contrib.auth import get_user_model
 
-    from changesets import services
     from changesets.models import Rpc
     from changesets.ops import PutOp
+    from changesets.services import apply as services
     from entities.store import BaselineStore, EntityKey, baseline
 
     control = Path(spec["control"])

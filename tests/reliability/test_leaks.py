@@ -51,7 +51,7 @@ from changesets import feed
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp
 from changesets.revert import changeset_revert
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.models import Namespace
 from entities.services import role_grant
 from entities.store import EntityKey, baseline

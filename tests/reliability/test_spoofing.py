@@ -49,7 +49,7 @@ from changesets import journal, tasks
 from changesets.models import Changeset, Rpc, Subscription
 from changesets.ops import PutOp
 from changesets.principals import SYSTEM_USERNAME, system_user
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from changesets.subscriptions import subscription_create
 from entities.models import Namespace
 from entities.services import role_grant

@@ -56,7 +56,7 @@ from changesets.exceptions import RevertConflict
 from changesets.models import Capture, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
 from changesets.revert import changeset_revert
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.models import Entity, Namespace
 from entities.store import EntityKey, baseline
 from tests.entities.factories import SuperuserFactory

@@ -1,0 +1,392 @@
+"""The one write path: apply an ordered op list to a store as one changeset.
+
+Every entry point (PUT/PATCH/DELETE, batch, delete-by-query, revert, import
+and merge) calls :func:`changeset_apply`, which is what makes every entity's
+history complete (DESIGN invariant 1). Its steps live where they read best:
+the in-memory rules in ``netchange``, the log statement in ``log_statement``,
+the locking and the writing here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from uuid import UUID
+
+import uuid6
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import OperationalError, connection, transaction
+from django.utils import timezone
+
+from atlas.db import prepared_cursor
+from atlas.exceptions import NotFound
+from changesets import chain, publisher
+from changesets.exceptions import TooManyOps
+from changesets.hooks import run_write_hooks
+from changesets.models import BASELINE, Changeset, LogHead, Rpc
+from changesets.ops import WriteOp, op_repr
+from changesets.services import log_statement, netchange
+from changesets.services.netchange import Folded, NetChange
+from changesets.services.result import ApplyResult, PlannedResult
+from entities import access
+from entities.models import Namespace
+from entities.store import EntityKey, EntityStore, KeyRaced, StoredEntity, WriteSql
+
+MAX_ATTEMPTS = 5
+# PostgreSQL's codes for "try the whole transaction again".
+RETRYABLE_SQLSTATES = {"40P01", "40001"}
+
+Planner = Callable[[Mapping[EntityKey, StoredEntity]], Sequence[WriteOp]]
+
+
+def check_op_limit(count: int, *, what: str = "") -> None:
+    """Refuse a changeset of more than ``ATLAS_MAX_BATCH_OPS`` ops (413, :class:`TooManyOps`).
+
+    The one rule behind API.md's "no changeset, from any path, has more than
+    ``ATLAS_MAX_BATCH_OPS`` ops". :func:`changeset_apply` calls it for every
+    write, dry runs included: on the given ops before any row is locked, on a
+    plan's ops as soon as the plan returns (before anything is written). It
+    counts ops, not net changes: a changeset's revisions are at most its ops,
+    so the bound holds for the changeset, and a request is refused the same
+    way whatever state it meets. A caller that knows its count before calling
+    (an import file) may call it first to refuse without locking anything;
+    ``what`` names the request in the detail ("Merging branch 'x'").
+    """
+    limit = settings.ATLAS_MAX_BATCH_OPS
+    if count > limit:
+        raise TooManyOps(count, limit, what=what)
+
+
+# Past a screen by its docstring only: the numbered "why" is the write path's contract.
+def changeset_apply(
+    *,
+    store: EntityStore,
+    actor: AbstractBaseUser,
+    ops: Sequence[WriteOp] = (),
+    rpc: Rpc | str,
+    comment: str = "",
+    dry_run: bool = False,
+    check_permissions: bool = True,
+    plan: Planner | None = None,
+    keys: Sequence[EntityKey] = (),
+) -> ApplyResult:
+    """Apply ``ops`` in order as one changeset on ``store``, in one transaction.
+
+    Instead of ``ops``, a caller that must decide its ops from the current
+    state (revert, merge) passes ``keys`` and ``plan``: ``plan`` is called with
+    the locked rows of ``keys`` (absent keys missing from the mapping) inside
+    the transaction, and returns the ops, or raises to refuse. Deciding under
+    the lock is what makes "nothing moved since" checks race-free.
+
+    Why it is shaped this way:
+
+    1. Existing rows are locked (``FOR UPDATE``, in key order) before any
+       precondition is read, so If-Match can never lose an update.
+    2. Ops run in memory against that locked state; later ops see earlier
+       ones. Each key folds to one net change: first ``before``, last ``after``
+       (invariant 4). A key whose net change is nothing writes nothing.
+    3. Nothing moved, or a dry run: return without a changeset (invariant 3).
+    4. One statement (:func:`_write_log`) writes the entity rows set-based,
+       then draws ``seq`` by updating the one-row log head, whose lock is
+       held to commit, so seq order is commit order (invariant 6); the same
+       update computes the chain hash (``changesets.chain``), and the
+       statement inserts the changeset, its revisions and its journal entry.
+       Every store's writes ride in it (``EntityStore.write_sql``). The write
+       hooks (``changesets.hooks``) run after it, still inside the transaction.
+
+    A create that loses a race to a concurrent create, or a deadlock, rolls
+    the attempt back and retries it whole: the retry sees the winner's row
+    and judges its preconditions against it.
+
+    More than ``ATLAS_MAX_BATCH_OPS`` ops (:func:`check_op_limit`) is refused
+    before anything is locked; a plan's ops are counted when it returns.
+    """
+    if plan is None:
+        check_op_limit(len(ops))
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            with transaction.atomic(durable=True):
+                return _apply_once(
+                    store=store,
+                    actor=actor,
+                    ops=ops,
+                    plan=plan,
+                    plan_keys=keys,
+                    rpc=str(rpc),
+                    comment=comment,
+                    dry_run=dry_run,
+                    check_permissions=check_permissions,
+                )
+        except (KeyRaced, _HeadMissing, OperationalError) as exc:
+            if not _worth_retrying(exc) or attempt == MAX_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _worth_retrying(exc: Exception) -> bool:
+    """A lost create race, a deadlock or serialization failure: the whole write
+    again. A missing log head: recreate it first (the migration creates the row;
+    a transactional test's flush removes it)."""
+    if isinstance(exc, _HeadMissing):
+        LogHead.objects.get_or_create(id=1)
+        return True
+    if isinstance(exc, OperationalError):
+        sqlstate = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
+        return sqlstate in RETRYABLE_SQLSTATES
+    return True
+
+
+def changeset_apply_planned(
+    *,
+    store: EntityStore,
+    actor: AbstractBaseUser,
+    rpc: Rpc | str,
+    keys: Sequence[EntityKey],
+    plan: Planner,
+    comment: str = "",
+    dry_run: bool = False,
+    check_permissions: bool = True,
+) -> PlannedResult:
+    """:func:`changeset_apply` with ``plan``, reporting the ops the plan chose."""
+    planned: list[WriteOp] = []
+
+    def recording(current: Mapping[EntityKey, StoredEntity]) -> Sequence[WriteOp]:
+        planned[:] = plan(current)
+        return planned
+
+    result = changeset_apply(
+        store=store,
+        actor=actor,
+        rpc=rpc,
+        comment=comment,
+        dry_run=dry_run,
+        keys=keys,
+        plan=recording,
+        check_permissions=check_permissions,
+    )
+    return PlannedResult(result.changeset, [op_repr(op) for op in planned], dry_run, result)
+
+
+def _apply_once(
+    *,
+    store: EntityStore,
+    actor: AbstractBaseUser,
+    ops: Sequence[WriteOp],
+    plan: Planner | None,
+    plan_keys: Sequence[EntityKey],
+    rpc: str,
+    comment: str,
+    dry_run: bool,
+    check_permissions: bool,
+) -> ApplyResult:
+    """One attempt of :func:`changeset_apply`, inside its transaction, step by step."""
+    branch = store.branch
+    touched = [(k, None) for k in plan_keys] if plan else [(op.key, op.pointer) for op in ops]
+    keys = list(dict.fromkeys(k for k, _ in touched))  # first-touch order
+    initial = _lock(store, actor, touched, keys, check_permissions=check_permissions)  # 1
+    if plan is not None:
+        ops = _planned_ops(plan, initial, keys)
+    missing = [k for k in keys if k not in initial]
+    last_versions = _last_versions(branch, missing) if missing else {}
+    base, state = netchange.initial_states(keys, initial)
+    results = netchange.run_ops(ops, state, initial=initial, last_versions=last_versions)  # 2
+    folded = netchange.fold(keys, base, state)
+    results = netchange.unmoved_results(ops, results, folded.unmoved, initial)
+    changeset, now = None, timezone.now()
+    if folded.changes and not dry_run:  # 3: otherwise no changeset
+        changeset, now = _record(store=store, actor=actor, rpc=rpc, comment=comment, folded=folded)
+    return ApplyResult(
+        changeset=changeset,
+        results=results,
+        entities=netchange.final_entities(
+            initial, state, keys, folded.unmoved, changeset.id if changeset else None, now
+        ),
+        dry_run=dry_run,
+        changes=folded.changes,
+        branch=branch,
+    )
+
+
+def _lock(
+    store: EntityStore,
+    actor: AbstractBaseUser,
+    touched: Sequence[tuple[EntityKey, str | None]],
+    keys: Sequence[EntityKey],
+    *,
+    check_permissions: bool,
+) -> dict[EntityKey, StoredEntity]:
+    """Step 1: lock the keys' existing rows; refuse a missing namespace (404) or
+    a role the actor lacks (403).
+
+    Namespaces must exist (staff create them) and be writable by the actor.
+    The store reads them in its lock statement, locking rows only where the
+    guard says the actor may write, so a refused caller never holds a lock.
+    """
+    first_pointer: dict[str, str | None] = {}
+    for key, pointer in touched:
+        first_pointer.setdefault(key.namespace, pointer)
+    guard = access.write_guard(actor, branch=store.branch) if check_permissions else None
+    initial, existing = store.lock(keys, guard=guard)
+    for name, pointer in first_pointer.items():
+        if name not in existing:
+            raise NotFound(f"Namespace {name!r} not found.", pointer=pointer)
+    if check_permissions:
+        namespaces = {  # in name order: the order the checks ran in before
+            name: Namespace.from_db(connection.alias, ["name", "protected"], (name, existing[name]))
+            for name in sorted(existing)
+        }
+        access.require_write(actor, namespaces, branch=store.branch, pointers=first_pointer)
+    return initial
+
+
+def _planned_ops(
+    plan: Planner, initial: Mapping[EntityKey, StoredEntity], keys: Sequence[EntityKey]
+) -> list[WriteOp]:
+    """A plan's ops, decided under the locks; counted against the op limit at once."""
+    ops = list(plan(initial))
+    check_op_limit(len(ops))
+    stray = {op.key for op in ops} - set(keys)
+    if stray:
+        raise AssertionError(f"plan touched keys it did not lock: {sorted(stray)}")
+    return ops
+
+
+def _record(
+    *, store: EntityStore, actor: AbstractBaseUser, rpc: str, comment: str, folded: Folded
+) -> tuple[Changeset, datetime]:
+    """Step 4: the store's rows and the log in one statement, then the write hooks;
+    a baseline changeset is published after commit. Returns it and its clock reading."""
+    changes, branch = folded.changes, store.branch
+    changeset_id: UUID = uuid6.uuid7()
+    now = log_clock()
+    entity_sql = store.write_sql(
+        changeset_id=changeset_id,
+        now=now,
+        creates=folded.creates,
+        updates=folded.updates,
+        deletes=folded.deletes,
+    )
+    changeset = log_statement.new_changeset(
+        changeset_id, actor=actor, rpc=rpc, comment=comment, branch=branch, changes=changes
+    )
+    _write_log(
+        changeset,
+        changes,
+        now=now,
+        revisions_hex=_revisions_digest(changes, branch),
+        journal=branch == BASELINE,
+        entity_sql=entity_sql,
+    )
+    # From here to COMMIT this transaction holds the log head's lock: keep it short.
+    run_write_hooks(changeset)
+    if branch == BASELINE:
+        transaction.on_commit(lambda: _publish_after_commit(changeset_id))
+    return changeset, now
+
+
+def _revisions_digest(changes: Sequence[NetChange], branch: str) -> str:
+    """The chain's digest of the revision rows, from the canonical texts already made."""
+    return chain.digest_lines(
+        chain.revision_line(
+            namespace=c.key.namespace,
+            kind=c.key.kind,
+            slug=c.key.slug,
+            op=c.op,
+            before_text=c.before_text,
+            after_text=c.after_text,
+            before_version=c.before_version,
+            after_version=c.after_version,
+            branch=branch,
+        )
+        for c in changes
+    )
+
+
+def log_clock() -> datetime:
+    """Now, truncated to the millisecond: the precision of a changeset's ``at``.
+
+    Responses show times with milliseconds (API.md), so storing more would make
+    a time copied from a response name a moment just *before* the changeset it
+    came from (``as_of_time`` would miss it). Entity rows take the same value,
+    so an entity's ``updated_at`` is its last changeset's ``at``. Rows written
+    before this rule keep their microseconds; ``changesets.asof.as_of_time``
+    compares at milliseconds for them.
+    """
+    now = timezone.now()
+    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
+
+
+class _HeadMissing(Exception):
+    """The log head's row is gone (a flushed test database); recreate it, retry."""
+
+
+def _write_log(
+    changeset: Changeset,
+    changes: Sequence[NetChange],
+    *,
+    now: datetime,
+    revisions_hex: str,
+    journal: bool,
+    entity_sql: WriteSql,
+) -> None:
+    """Run the log statement (``log_statement``: the store's rows, then seq, the
+    changeset, its revisions and, on baseline, its journal entry); set ``seq``,
+    ``at``, ``prev_hash`` and ``hash`` on ``changeset``.
+
+    A create that lost a race inserted nothing: the head is not moved, nothing
+    is logged, and :class:`KeyRaced` retries the whole write. (Tests wrap this
+    function to pause between drawing seq and COMMIT.)
+    """
+    sql = log_statement.statement(entity_sql, journal=journal)
+    values = log_statement.params(
+        changeset, changes, now=now, revisions_hex=revisions_hex, entity_sql=entity_sql
+    )
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, values)
+        row = cursor.fetchone()
+    if row is None or row[0] is None:
+        # The head did not move: a create lost its race (fewer rows inserted than
+        # meant), or else the head's row is gone.
+        if row is not None and row[4] != entity_sql.creates:
+            raise KeyRaced()
+        raise _HeadMissing()
+    changeset.seq, changeset.at, changeset.prev_hash, changeset.hash = row[:4]
+
+
+def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:
+    """The highest version each (currently absent) key ever had, from its history.
+
+    On a branch, the baseline's history counts too: a branch's versions of a
+    key continue the baseline's, so an ETag never names two different states.
+    """
+    # Raw SQL buys a LATERAL newest-revision probe per key on the history index, in one
+    # statement; the keys go over as one JSON document, like every write statement's.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT k.ns, k.kind, k.slug, GREATEST(b.v, o.v)"
+            " FROM (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
+            "  FROM jsonb_array_elements(%s::jsonb) v) k"
+            " LEFT JOIN LATERAL ("
+            "   SELECT COALESCE(r.after_version, r.before_version) AS v"
+            "   FROM changesets_revision r"
+            "   WHERE r.branch = '' AND r.namespace = k.ns AND r.kind = k.kind"
+            "     AND r.slug = k.slug"
+            "   ORDER BY r.seq DESC LIMIT 1) b ON TRUE"
+            " LEFT JOIN LATERAL ("
+            "   SELECT COALESCE(r.after_version, r.before_version) AS v"
+            "   FROM changesets_revision r"
+            "   WHERE r.branch = %s AND r.branch <> '' AND r.namespace = k.ns"
+            "     AND r.kind = k.kind AND r.slug = k.slug"
+            "   ORDER BY r.seq DESC LIMIT 1) o ON TRUE"
+            " WHERE b.v IS NOT NULL OR o.v IS NOT NULL",
+            [json.dumps([[k.namespace, k.kind, k.slug] for k in keys]), branch],
+        )
+        return {EntityKey(ns, kind, slug): v for ns, kind, slug, v in cursor.fetchall()}
+
+
+def _publish_after_commit(changeset_id: UUID) -> None:
+    """Hand the journal entry to Celery, off the request path (``changesets.publisher``);
+    a broker outage or a crash before it leaves the entry for the sweep."""
+    publisher.publish_soon(changeset_id)

@@ -1,0 +1,181 @@
+"""The log statement: a store's rows, seq, the changeset, its revisions and journal entry.
+
+One statement of data-modifying CTEs, each part named below, run in this order
+by PostgreSQL because each reads the one before it:
+
+1. ``entities`` — the store's CTEs (``EntityStore.write_sql``), then ``w``:
+   their row counts. The head's update reads ``w`` first, so its lock is
+   taken only after the entity rows are written (a CTE's rows are complete
+   once it has been read to the end).
+2. ``head`` — the update of the one-row log head: takes its lock, draws
+   ``seq`` and ``at``, and computes the chain hash in PostgreSQL
+   (``chain.hash_sql``). The transaction holds that lock to COMMIT, so seq
+   order is commit order (invariant 6), and it never waits on a round trip
+   to Python while held. It moves only when every create inserted its row.
+3. ``changeset``, ``journal`` (baseline only), ``revisions`` — the log rows,
+   from ``h``.
+4. ``result`` — seq, at and the hashes, plus ``w.created`` (so a head that
+   did not move tells a lost create race from a missing head row).
+
+Raw SQL buys the write's single round trip for rows and log (measured in
+``bench/writes_vs_peers.py``; ``tests/changesets/test_write_path.py`` pins it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
+
+from changesets import chain
+from changesets.models import Changeset
+from changesets.services.netchange import NetChange
+from entities.store import WriteSql, json_array
+
+# ``at`` is ``now`` (the entity rows' time, in milliseconds) unless a changeset
+# that committed first had a later clock reading, so ``at`` never runs backwards
+# in seq order. Truncated again in SQL: a log head written before the millisecond
+# rule may still hold microseconds.
+_AT = (
+    "date_trunc('milliseconds', GREATEST(%(now)s::timestamptz, COALESCE(at, %(now)s::timestamptz)))"
+)
+_PREV = f"COALESCE(NULLIF(hash, ''), '{chain.GENESIS}')"
+
+_CHANGESET = (
+    " c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
+    " message, comment, branch, rpc, op_count, namespaces, prev_hash, hash)"
+    " SELECT %(id)s::uuid, h.seq, %(author)s::int, %(author_name)s::text, h.at,"
+    " %(message)s::text, %(comment)s::text, %(branch)s::text, %(rpc)s::text,"
+    " %(op_count)s::int, %(namespaces)s::varchar[], h.prev_hash, h.hash FROM h),"
+)
+_JOURNAL = (
+    " j AS (INSERT INTO changesets_journalentry (changeset_id, phase, created_at,"
+    " published_at, attempts, last_error, failures)"
+    " SELECT %(id)s::uuid, 'committed', h.at, NULL, 0, '', 0 FROM h),"
+)
+# Rows in written order (ids follow it, and the chain digests revisions in id
+# order), zipped from one JSON document of keys, ops and versions and one per
+# image column (see _rows).
+_REVISIONS = (
+    " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
+    " kind, slug, op, before, after, before_version, after_version)"
+    " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.k->>0, r.k->>1, r.k->>2,"
+    " r.k->>3, NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), (r.k->>4)::int,"
+    " (r.k->>5)::int"
+    " FROM h CROSS JOIN ROWS FROM (jsonb_array_elements(%(rows)s::jsonb),"
+    " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb))"
+    " WITH ORDINALITY AS r(k, before, after, n) ORDER BY r.n)"
+)
+_RESULT = " SELECT h.seq, h.at, h.prev_hash, h.hash, w.created FROM w LEFT JOIN h ON TRUE"
+
+
+def _entities(entity_sql: WriteSql) -> str:
+    ctes = f"{entity_sql.ctes}, " if entity_sql.ctes else ""
+    return f"{ctes}w AS (SELECT {entity_sql.created} AS created, {entity_sql.written} AS written),"
+
+
+def _head() -> str:
+    # Built per statement, not once: the hash expression is chain's to define.
+    new_hash = chain.hash_sql(prev=_PREV, at=_AT, seq="seq + 1", middle="%(middle)s")
+    return (
+        f" h AS (UPDATE changesets_loghead SET seq = seq + 1, at = {_AT}, prev_hash = {_PREV},"
+        f" hash = {new_hash} FROM w WHERE id = 1 AND w.created = %(creates)s::bigint"
+        " RETURNING seq, at, prev_hash, hash),"
+    )
+
+
+def statement(entity_sql: WriteSql, *, journal: bool) -> str:
+    """The log statement's text, part by part (the module docstring's numbers)."""
+    parts = (_entities(entity_sql), _head(), _CHANGESET, _JOURNAL if journal else "")
+    return "WITH " + "".join(parts) + _REVISIONS + _RESULT
+
+
+def _rows(changes: Sequence[NetChange]) -> str:
+    """Keys, ops and versions as one JSON document, not eight arrays: psycopg
+    adapts array parameters in Python (see ``entities.store.json_array``)."""
+    return json.dumps(
+        [
+            [c.key.namespace, c.key.kind, c.key.slug, str(c.op), c.before_version, c.after_version]
+            for c in changes
+        ]
+    )
+
+
+def params(
+    changeset: Changeset,
+    changes: Sequence[NetChange],
+    *,
+    now: datetime,
+    revisions_hex: str,
+    entity_sql: WriteSql,
+) -> dict[str, Any]:
+    """The statement's parameters: the store's, then the log's (the images go over
+    as the canonical texts already made; an image is an object or absent, so a
+    ``null`` element means absent)."""
+    cs = changeset
+    out: dict[str, Any] = dict(entity_sql.params)
+    out.update(
+        {
+            "now": now,
+            "creates": entity_sql.creates,
+            "middle": chain.header_middle(cs, revisions_hex),
+            "id": cs.id,
+            "author": cs.author_id,
+            "author_name": cs.author_name,
+            "message": cs.message,
+            "comment": cs.comment,
+            "branch": cs.branch,
+            "rpc": cs.rpc,
+            "op_count": cs.op_count,
+            "namespaces": cs.namespaces,
+            "rows": _rows(changes),
+            "befores": json_array(c.before_text for c in changes),
+            "afters": json_array(c.after_text for c in changes),
+        }
+    )
+    return out
+
+
+def new_changeset(
+    changeset_id: UUID,
+    *,
+    actor: AbstractBaseUser,
+    rpc: str,
+    comment: str,
+    branch: str,
+    changes: Sequence[NetChange],
+) -> Changeset:
+    """The changeset row the log statement inserts, as a saved instance, unread.
+
+    Built with ``Model.from_db``, Django's documented constructor for an
+    instance of a stored row: the log statement inserts exactly this row in
+    this transaction, before anyone else sees the instance, and fills in
+    what PostgreSQL draws (seq, at, the hashes). A failed statement rolls
+    back and discards both.
+    """
+    author = actor if getattr(actor, "pk", None) else None
+    values = {
+        "id": changeset_id,
+        "seq": None,
+        "author_id": author.pk if author is not None else None,
+        "author_name": actor.get_username(),
+        "at": None,
+        "message": f"{rpc}: {len(changes)} change(s)",
+        "comment": comment or "",
+        "branch": branch,
+        "rpc": rpc,
+        "op_count": len(changes),
+        "namespaces": sorted({c.key.namespace for c in changes}),
+        "prev_hash": "",
+        "hash": "",
+    }
+    names = [f.attname for f in Changeset._meta.concrete_fields]
+    changeset = Changeset.from_db(connection.alias, names, [values[n] for n in names])
+    if author is not None:
+        changeset.author = author  # the actor itself: no query to read it back
+    return changeset

@@ -1,0 +1,93 @@
+"""What a write returns: :class:`ApplyResult` and :class:`PlannedResult`.
+
+Built from memory by ``changesets.services.apply``; nothing here reads the database.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from changesets.models import BASELINE, Changeset, Revision
+from changesets.ops import OpResult
+from changesets.services.netchange import NetChange
+from entities.store import EntityKey, StoredEntity
+
+_REVISION_FIELDS = (
+    "id",
+    "changeset_id",
+    "seq",
+    "branch",
+    "at",
+    "namespace",
+    "kind",
+    "slug",
+    "op",
+    "before",
+    "after",
+    "before_version",
+    "after_version",
+)
+
+
+@dataclass
+class ApplyResult:
+    """What :func:`changeset_apply` did (or, on a dry run, would do).
+
+    ``revisions`` are built on first use (in memory, never re-read): model
+    instances cost more than the rows' insert, and not every caller wants them.
+    """
+
+    changeset: Changeset | None
+    results: list[OpResult]
+    entities: dict[EntityKey, StoredEntity | None] = field(default_factory=dict)
+    dry_run: bool = False
+    changes: Sequence[NetChange] = field(default=(), repr=False)
+    branch: str = BASELINE
+
+    @functools.cached_property
+    def revisions(self) -> list[Revision]:
+        cs = self.changeset
+        cs_id, seq, at = (cs.id, cs.seq, cs.at) if cs is not None else (None, None, None)
+        # Positional arguments (the concrete fields in order) build a model
+        # instance about 2.5 times faster than keywords; keywords if the model's
+        # fields ever stop matching this order.
+        positional = tuple(f.attname for f in Revision._meta.concrete_fields) == _REVISION_FIELDS
+        out = []
+        for c in self.changes:
+            values = (
+                None,
+                cs_id,
+                seq,
+                self.branch,
+                at,
+                c.key.namespace,
+                c.key.kind,
+                c.key.slug,
+                c.op,
+                c.before,
+                c.after,
+                c.before_version,
+                c.after_version,
+            )
+            revision = (
+                Revision(*values)
+                if positional
+                else Revision(**dict(zip(_REVISION_FIELDS, values, strict=True)))
+            )
+            if cs is not None:
+                revision.changeset = cs
+            out.append(revision)
+        return out
+
+
+@dataclass
+class PlannedResult:
+    """What a planned write (revert, import) did: the ops it chose, as batch ops."""
+
+    changeset: Changeset | None
+    ops: list[dict[str, Any]]
+    dry_run: bool
+    applied: ApplyResult
