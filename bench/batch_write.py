@@ -30,7 +30,7 @@ def main() -> None:
 
     from changesets.models import Rpc
     from changesets.ops import PutOp
-    from changesets.services import changeset_apply
+    from changesets.services.apply import changeset_apply
     from entities.models import Namespace
     from entities.store import EntityKey, baseline
     from tests.entities.factories import SuperuserFactory

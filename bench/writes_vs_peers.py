@@ -71,7 +71,7 @@ def main() -> None:
     from bench.plain.models import PlainItem
     from changesets.models import Rpc
     from changesets.ops import PutOp
-    from changesets.services import changeset_apply
+    from changesets.services.apply import changeset_apply
     from entities.models import Namespace
     from entities.services import role_grant
     from entities.store import EntityKey, baseline

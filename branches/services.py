@@ -1,7 +1,7 @@
 """Branch writes: create, merge, abandon, members.
 
 Entity writes *on* a branch are not here: they go through the one write path,
-``changesets.services.changeset_apply``, with a :class:`branches.store.BranchStore`.
+``changesets.services.apply.changeset_apply``, with a :class:`branches.store.BranchStore`.
 The merge goes through it too (with :class:`branches.merge.MergeStore`), so it
 is an ordinary baseline changeset with a journal entry and a place in the
 change feed.
@@ -44,7 +44,7 @@ from branches.store import (
 )
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp
-from changesets.services import changeset_apply, check_op_limit
+from changesets.services.apply import changeset_apply, check_op_limit
 from entities import access
 from entities.access import Role
 from entities.models import Namespace

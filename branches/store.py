@@ -3,7 +3,7 @@
 :class:`BranchStore` implements ``entities.store.EntityStore`` over a branch:
 reads see the branch's overlay rows over baseline *as it is now* (a tombstone
 hides the baseline row), writes land in the overlay only. The write service
-(``changesets.services.changeset_apply``) drives it exactly like the baseline
+(``changesets.services.apply.changeset_apply``) drives it exactly like the baseline
 store, which is how branch writes become changesets with ``branch`` set.
 
 :class:`branches.merge.MergeStore` is the baseline store plus a merge's

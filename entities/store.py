@@ -1,6 +1,6 @@
 """The entity store interface and its baseline implementation.
 
-The write service (``changesets.services``) takes a store, so the same code
+The write service (``changesets.services.apply``) takes a store, so the same code
 writes baseline and branch overlays, and ``changesets`` never imports
 ``branches``. Every method here is set-based: one statement for any number of
 keys, so a 1,000-op batch costs a handful of round trips.

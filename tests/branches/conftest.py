@@ -12,7 +12,7 @@ from branches.services import branch_create
 from branches.store import BranchStore
 from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, WriteOp
-from changesets.services import ApplyResult, changeset_apply
+from changesets.services.apply import ApplyResult, changeset_apply
 from entities.store import EntityKey
 from tests.entities.factories import UserFactory
 

@@ -331,7 +331,7 @@ def test_a_merge_over_the_limit_is_refused_only_after_the_permission_check(
 def test_merge_of_5000_changed_entities_costs_a_bounded_number_of_queries(
     writer, write, bwrite, make_branch, django_assert_max_num_queries
 ):
-    from changesets.services import changeset_apply
+    from changesets.services.apply import changeset_apply
 
     changeset_apply(
         store=baseline,

@@ -231,7 +231,7 @@ def test_list_pages_match_the_merged_view(writer, write, bwrite, make_branch, ma
         if rng.random() < 0.6:
             ns = rng.choice([NS, other])
             batch.append(PutOp(EntityKey(ns, rng.choice(["order", "item"]), slug), {"v": slug}))
-    from changesets.services import changeset_apply
+    from changesets.services.apply import changeset_apply
 
     changeset_apply(store=baseline, actor=user, ops=batch, rpc="BatchMutate")
     branch = make_branch(user)

@@ -25,7 +25,7 @@ from atlas.admin_mixins import EstimatedCountPaginator
 from changesets.admin.log import ChangesetQuerySet
 from changesets.models import Changeset, JournalEntry, Rpc, Subscription
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities import access
 from entities.models import Entity
 from entities.services import role_grant

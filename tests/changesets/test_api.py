@@ -12,7 +12,7 @@ import pytest
 from atlas.api import paging
 from changesets.models import Changeset, Rpc
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, Locked, namespaces_of
 from tests.entities.factories import NamespaceFactory
 

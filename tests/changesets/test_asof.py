@@ -21,10 +21,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from atlas.api.render import rfc3339
-from changesets import asof
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PutOp, canonical
-from changesets.services import changeset_apply
+from changesets.selectors import asof
+from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, Locked, baseline, namespaces_of
 from tests.atlas.test_errors import assert_problem
 from tests.entities.factories import NamespaceFactory, UserFactory

@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from changesets import chain
 from changesets.models import Changeset, LogHead, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 
 pytestmark = pytest.mark.django_db

@@ -16,10 +16,10 @@ import pytest
 from django.db import connection
 
 from atlas.exceptions import PreconditionFailed
-from changesets import services
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
+from changesets.services import apply as services
+from changesets.services.apply import changeset_apply
 from entities.store import BaselineStore, EntityKey, baseline
 from tests.changesets.helpers import entity_table, key, replayed_table
 

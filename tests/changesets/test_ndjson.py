@@ -18,7 +18,7 @@ from atlas.api.render import rfc3339
 from changesets import ndjson
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.store import baseline
 from tests.atlas.test_errors import assert_problem
 from tests.changesets.helpers import (

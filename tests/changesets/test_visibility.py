@@ -19,7 +19,7 @@ import pytest
 from atlas.api import paging
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.store import baseline
 from tests.atlas.test_errors import assert_problem
 from tests.changesets.helpers import assert_nothing_written, key, log_snapshot

@@ -20,7 +20,7 @@ from changesets import chain
 from changesets.hooks import in_write_transaction
 from changesets.models import Changeset, JournalEntry, LogHead, Op, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical, same_content
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ import pytest
 
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.models import Entity
 from entities.store import EntityKey, baseline
 from tests.changesets.test_admin import make_admin

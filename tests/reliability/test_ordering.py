@@ -21,7 +21,7 @@ from django.db import connection
 
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import PutOp
-from changesets.services import changeset_apply
+from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 from tests.reliability.harness import (
     Api,

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
-from changesets import chain, publisher
+from changesets import chain
 from changesets.exceptions import TooManyOps
 from changesets.hooks import run_write_hooks
 from changesets.models import (
@@ -558,8 +558,8 @@ def _apply_once(
     )
     # From here to COMMIT this transaction holds the log head's lock: keep it short.
     run_write_hooks(changeset)
-    if branch == BASELINE:
-        transaction.on_commit(lambda: _publish_after_commit(changeset_id))
+    # Post-commit work needs nothing from here: the journal row (_write_log) notifies
+    # the relay at COMMIT (changesets.outbox.relay).
     return ApplyResult(
         changeset=changeset,
         results=results,
@@ -576,7 +576,7 @@ def log_clock() -> datetime:
     a time copied from a response name a moment just *before* the changeset it
     came from (``as_of_time`` would miss it). Entity rows take the same value,
     so an entity's ``updated_at`` is its last changeset's ``at``. Rows written
-    before this rule keep their microseconds; ``changesets.asof.as_of_time``
+    before this rule keep their microseconds; ``changesets.selectors.asof.as_of_time``
     compares at milliseconds for them.
     """
     now = timezone.now()
@@ -769,9 +769,3 @@ def _final_entities(
                 changeset_id=changeset_id,
             )
     return out
-
-
-def _publish_after_commit(changeset_id: UUID) -> None:
-    """Hand the journal entry to Celery, off the request path (``changesets.publisher``);
-    a broker outage or a crash before it leaves the entry for the sweep."""
-    publisher.publish_soon(changeset_id)

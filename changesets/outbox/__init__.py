@@ -1,0 +1,7 @@
+"""Post-commit work: the journal (the outbox table), the relay that hands it to
+the workers, subscription pumps and their webhook deliveries, and the metrics
+that say how far behind all of it is.
+
+Nothing here runs inside a write transaction except the journal row the
+write service inserts; everything else reads committed changesets.
+"""
