@@ -2,6 +2,7 @@
 the workers, subscription pumps and their webhook deliveries, and the metrics
 that say how far behind all of it is.
 
-Nothing here runs inside a write transaction except the journal row the
-write service inserts; everything else reads committed changesets.
+Nothing here runs inside a write transaction: the write service only inserts
+the journal row, and everything here reads committed changesets. Nothing here
+imports the write services either.
 """
