@@ -129,7 +129,7 @@ class MetricsView(APIView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request) -> HttpResponse:
-        from changesets.metrics import scrape_registry
+        from changesets.outbox.metrics import scrape_registry
 
         return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
 

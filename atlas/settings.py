@@ -314,21 +314,16 @@ def env_float(name: str, default: float) -> float:
     return float(value) if value not in (None, "") else default
 
 
-# A write enqueues its journal task after commit, in the request: when the broker is
-# unreachable, fail fast (the sweep finishes the entry) rather than hold the response.
+# The web tier enqueues only a subscription's pump after a change to it: when the broker
+# is unreachable, fail fast (the beat's wake-up finds it) rather than hold the response.
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("ATLAS_BROKER_CONNECT_TIMEOUT_SECONDS", 2)
 # One queue name per deployment (tests use their own so parallel runs never share messages).
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "") or "celery"
 
 # The journal (post-commit work) and the change feed's push side (docs/feed.md).
-# How a committed changeset's journal entry reaches a worker (changesets/
-# publisher.py, changesets/relay.py): "relay" (the workers' journal relay
-# enqueues it, woken by NOTIFY; the web tier does no broker work), "thread"
-# (a background thread in the web process enqueues it), "inline" (the request
-# enqueues it after COMMIT).
-ATLAS_JOURNAL_PUBLISH = os.environ.get("ATLAS_JOURNAL_PUBLISH", "relay")
-if ATLAS_JOURNAL_PUBLISH not in ("relay", "thread", "inline"):
-    raise ImproperlyConfigured("ATLAS_JOURNAL_PUBLISH must be relay, thread or inline")
+# A committed changeset's journal entry reaches a worker one way: the journal relay
+# (changesets/outbox/relay.py) enqueues it, woken by NOTIFY; the web tier does no
+# broker work. The beat sweep and `manage.py recover_batches` finish what is left.
 # Every Celery worker runs the relay (a session advisory lock keeps one active);
 # off, run `manage.py journal_relay` somewhere instead.
 ATLAS_JOURNAL_RELAY_IN_WORKER = env_bool("ATLAS_JOURNAL_RELAY_IN_WORKER", default=True)

@@ -19,7 +19,6 @@ import platform
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -84,18 +83,12 @@ def summary(samples: list[float]) -> dict[str, float]:
 def timed_ms(fn: Callable[[], Any]) -> tuple[float, Any]:
     """``fn``'s wall time in ms, and what it returned.
 
-    After the timer stops, waits for Atlas's background journal publisher
-    (changesets/publisher.py) to empty its queue: that work happens after the
-    caller got its answer, so it is not part of Atlas's latency, but left
-    running it would land on the next sample, often another implementation's.
-    (Throughput runs, http_throughput.py, count its CPU as they should.)
+    (Atlas's post-commit work runs in the workers' journal relay, never in the
+    caller's process, so nothing of it lands on the next sample.)
     """
     start = time.perf_counter()
     value = fn()
     elapsed = (time.perf_counter() - start) * 1000
-    publisher = sys.modules.get("changesets.publisher")
-    if publisher is not None:
-        publisher.flush()
     return elapsed, value
 
 
@@ -153,7 +146,7 @@ def clear_journal_backlog() -> None:
 
     No worker publishes the benchmark databases' entries, so they pile up run
     after run; a relay starts before the oldest outstanding entry
-    (changesets/relay.py) and would begin by enqueueing them all, on the cores
+    (changesets/outbox/relay.py) and would begin by enqueueing them all, on the cores
     being measured.
     """
     from django.db import connection

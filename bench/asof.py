@@ -103,8 +103,8 @@ def main() -> None:
 
     from django.db import connection, transaction
 
-    from changesets.asof import _AS_OF_SQL, entities_as_of
     from changesets.models import Changeset, Revision
+    from changesets.selectors.asof import _AS_OF_SQL, entities_as_of
     from entities.models import Namespace
     from entities.store import baseline, entity_filters
 

@@ -79,8 +79,8 @@ def main() -> None:
     import asof as atlas_asof  # bench/asof.py: its population and namespace
     from django.db import connection, transaction
 
-    from changesets.asof import entities_as_of
     from changesets.models import Changeset, Revision
+    from changesets.selectors.asof import entities_as_of
     from entities.models import Namespace
     from entities.store import baseline
 

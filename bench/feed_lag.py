@@ -128,11 +128,11 @@ def main() -> None:
     from django.db import connection
     from rest_framework.test import APIClient
 
-    from changesets.feed import cursor_encode, feed_page
     from changesets.models import Revision, Rpc, Subscription
     from changesets.ops import PutOp
+    from changesets.outbox.subscriptions import subscription_create
+    from changesets.selectors.feed import cursor_encode, feed_page
     from changesets.services.apply import changeset_apply
-    from changesets.subscriptions import subscription_create
     from entities.models import Namespace
     from entities.store import EntityKey, baseline
     from tests.entities.factories import SuperuserFactory
@@ -212,7 +212,7 @@ def main() -> None:
             "ATLAS_ALLOW_PRIVATE_WEBHOOKS": "1",
             "PYTHONUNBUFFERED": "1",
         }
-        # The worker's journal relay (changesets/relay.py) enqueues each commit's journal
+        # The worker's journal relay (changesets/outbox/relay.py) enqueues each commit's journal
         # work; it starts with this part's entries, not the other parts' backlog.
         clear_journal_backlog()
         worker = start_worker(env, log)

@@ -205,7 +205,7 @@ def stage(total: int, repeat: int, database: str) -> dict:
     from rest_framework.test import APIClient
 
     from changesets.models import Revision
-    from changesets.selectors import entity_history
+    from changesets.selectors.log import entity_history
     from entities.models import Namespace
     from entities.store import EntityKey
     from tests.entities.factories import SuperuserFactory

@@ -9,7 +9,7 @@ to keys of their own, for a fixed time per (endpoint, clients), in two passes
 with the endpoint order swapped; throughput = successful PUTs / second, p50/p99
 latency. Both endpoints authenticate the same DRF token of a non-staff user
 (a writer in the Atlas namespace). Post-commit journal tasks are enqueued by
-``manage.py journal_relay`` (``changesets/relay.py``), run beside gunicorn on
+``manage.py journal_relay`` (``changesets/outbox/relay.py``), run beside gunicorn on
 the same cores as a deployment's workers run it, to Redis (127.0.0.1:6379 db
 9, a queue of this run, deleted after) when reachable, as in production; else
 to an in-memory broker. Target: Atlas ≥ 70% of plain.
@@ -183,7 +183,7 @@ def main() -> None:
             argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     clear_journal_backlog()  # no worker runs here: earlier runs' entries wait forever
-    # The journal relay (changesets/relay.py) enqueues the Atlas writes' journal work,
+    # The journal relay (changesets/outbox/relay.py) enqueues the Atlas writes' journal work,
     # as the workers' built-in relay does in a deployment; it runs on the same 2 cores
     # so its CPU counts against Atlas's throughput.
     relay_log = log.with_name("relay.log")

@@ -1,7 +1,7 @@
 """Branches and their overlay rows.
 
 A branch is a named overlay on baseline. Its writes go through the one write
-service (``changesets.services.changeset_apply``) with a
+service (``changesets.services.apply.changeset_apply``) with a
 :class:`branches.store.BranchStore`, so they are recorded as changesets with
 ``branch`` set; the overlay (:class:`BranchEntity`) holds the branch's current
 state of every key it wrote. The overlay is not the log: abandoning or merging

@@ -1,7 +1,7 @@
 """Branch writes: create, merge, abandon, members.
 
 Entity writes *on* a branch are not here: they go through the one write path,
-``changesets.services.changeset_apply``, with a :class:`branches.store.BranchStore`.
+``changesets.services.apply.changeset_apply``, with a :class:`branches.store.BranchStore`.
 The merge goes through it too (with :class:`branches.merge.MergeStore`), so it
 is an ordinary baseline changeset with a journal entry and a place in the
 change feed.

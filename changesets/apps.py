@@ -7,9 +7,11 @@ class ChangesetsConfig(AppConfig):
 
     def ready(self) -> None:
         # Each Celery worker runs the journal relay (one at a time is active).
+        # Imported here, not at the top: the relay imports the journal's tasks and
+        # models, which Django's app registry must have loaded first.
         from celery.signals import worker_ready, worker_shutdown
 
-        from changesets import relay
+        from changesets.outbox import relay
 
         worker_ready.connect(relay.on_worker_ready, weak=False, dispatch_uid="atlas-relay")
         worker_shutdown.connect(relay.on_worker_shutdown, weak=False, dispatch_uid="atlas-relay")

@@ -1,5 +1,6 @@
-"""NDJSON changeset files: export, strict parsing, and import as a new changeset.
+"""NDJSON changeset files: the format, both ways (export lines, strict parsing).
 
+Applying a parsed file is a write, in :mod:`changesets.services.interchange`.
 Line 1 is the envelope, then one line per op in order (API.md). Parsing is
 strict, in the spirit of a typed artifact: an unknown or missing key, a wrong
 ``schema_version``, malformed JSON, a non-object image or an op whose images
@@ -10,19 +11,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
-
 from atlas.api.render import parse_rfc3339, rfc3339
-from changesets.exceptions import ImportConflict, NdjsonError
+from changesets.exceptions import NdjsonError
 from changesets.models import Changeset, Revision, Rpc
-from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
-from changesets.services.apply import PlannedResult, changeset_apply_planned, check_op_limit
 from entities import validation as v
-from entities.store import EntityKey, EntityStore, StoredEntity
+from entities.store import EntityKey
 
 SCHEMA_VERSION = 1
 # As for a comment sent to the API (entities.api.serializers.MAX_COMMENT_LENGTH).
@@ -209,72 +206,3 @@ def _check_op(obj: dict[str, Any], number: int) -> FileOp:
 
 def _reject_constant(value: str) -> Any:
     raise ValueError(f"{value} is not valid JSON")
-
-
-def changeset_import(
-    *,
-    store: EntityStore,
-    actor: AbstractBaseUser,
-    document: ChangesetFile,
-    dry_run: bool = False,
-    comment: str | None = None,
-    check_permissions: bool = True,
-) -> PlannedResult:
-    """Apply a parsed file as one new changeset (rpc ``ImportChangeset``).
-
-    Each op's ``before`` must equal the entity's current content (null: it
-    must not exist), judged under the write service's locks and in file
-    order, so a file that repeats a key sees its own earlier ops. Any
-    mismatch refuses the whole file (409, ``preimage_mismatch``).
-
-    A file of more than ``ATLAS_MAX_BATCH_OPS`` ops is refused (413) before
-    any row is locked: the plan makes one op per line.
-    """
-    check_op_limit(len(document.ops))
-    keys = list(dict.fromkeys(op.key for op in document.ops))
-
-    def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
-        state: dict[EntityKey, dict[str, Any] | None] = {
-            k: (current[k].content if k in current else None) for k in keys
-        }
-        conflicts: list[dict[str, Any]] = []
-        ops: list[WriteOp] = []
-        for op in document.ops:
-            now = state[op.key]
-            matches = (now is None and op.before is None) or (
-                now is not None and op.before is not None and same_content(now, op.before)
-            )
-            if not matches:
-                conflicts.append(
-                    {
-                        "namespace": op.key.namespace,
-                        "kind": op.key.kind,
-                        "slug": op.key.slug,
-                        "reason": "preimage_mismatch",
-                        "line": op.line,
-                    }
-                )
-            pointer = f"/line/{op.line}"
-            ops.append(
-                DeleteOp(op.key, pointer=pointer)
-                if op.after is None
-                else PutOp(op.key, op.after, pointer=pointer)
-            )
-            state[op.key] = op.after
-        if conflicts:
-            raise ImportConflict(
-                f"{len(conflicts)} op(s) expect a state the store no longer holds.",
-                conflicts=conflicts,
-            )
-        return ops
-
-    return changeset_apply_planned(
-        store=store,
-        actor=actor,
-        rpc=Rpc.IMPORT_CHANGESET,
-        comment=document.envelope["comment"] if comment is None else comment,
-        dry_run=dry_run,
-        keys=keys,
-        plan=plan,
-        check_permissions=check_permissions,
-    )

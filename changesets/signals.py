@@ -1,7 +1,7 @@
 """Hooks for committed changesets: the post-commit extension point.
 
 ``changeset_committed`` is sent once per baseline changeset by the journal
-(:func:`changesets.journal.journal_publish`), after the write committed, with
+(:func:`changesets.outbox.journal.journal_publish`), after the write committed, with
 ``sender=JournalEntry`` and ``changeset`` (a :class:`~changesets.models.Changeset`;
 its revisions are readable). Branch changesets are not sent until merged
 (the merge is a baseline changeset).

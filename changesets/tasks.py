@@ -1,9 +1,15 @@
-"""Celery tasks: thin, idempotent, id in, one service call.
+"""Celery tasks of the journal: thin, idempotent, ids in, one service call.
 
 All run with ``acks_late`` (settings), so a message is acknowledged only
 after its task finished: a worker killed mid-task leaves it to be delivered
 again, and every task here is safe to run twice. The beat schedule (settings,
-``CELERY_BEAT_SCHEDULE``) runs the two sweeps.
+``CELERY_BEAT_SCHEDULE``) runs the journal sweep and the subscription wake-up.
+
+The pump's tasks (``changesets.subscription_pump``,
+``changesets.subscriptions_wake``) are defined with the pump, in
+:mod:`changesets.outbox.pumps`, because the journal queues pumps and this
+module calls the journal; importing it here registers them wherever Celery
+autodiscovers this module.
 """
 
 from __future__ import annotations
@@ -11,7 +17,10 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from changesets import delivery, journal
+from changesets.outbox import (
+    journal,
+    pumps,  # noqa: F401 - registers the pump's tasks (module doc)
+)
 
 
 @shared_task(name="changesets.journal_publish", acks_late=True)
@@ -23,8 +32,8 @@ def journal_publish(changeset_id: str) -> str:
 @shared_task(name="changesets.journal_publish_batch", acks_late=True)
 def journal_publish_batch(changeset_ids: list[str]) -> dict[str, int]:
     """:func:`journal_publish` for each id, in order (the relay's message; see
-    ``changesets.relay``): outcome counts. One entry's failure is recorded on it
-    and the others go on; a worker lost mid-batch gets the batch again."""
+    ``changesets.outbox.relay``): outcome counts. One entry's failure is recorded
+    on it and the others go on; a worker lost mid-batch gets the batch again."""
     counts: dict[str, int] = {}
     for changeset_id in changeset_ids:
         outcome = journal.journal_publish(changeset_id=changeset_id)
@@ -38,15 +47,3 @@ def journal_sweep() -> dict[str, int]:
     return journal.journal_sweep(
         older_than_seconds=settings.ATLAS_JOURNAL_SWEEP_AGE_SECONDS
     ).as_dict()
-
-
-@shared_task(name="changesets.subscription_pump", acks_late=True)
-def subscription_pump(subscription_id: str) -> str:
-    """Deliver a subscription's pending pages (one worker at a time per subscription)."""
-    return delivery.subscription_pump(subscription_id=subscription_id)
-
-
-@shared_task(name="changesets.subscriptions_wake", acks_late=True)
-def subscriptions_wake() -> int:
-    """Beat: queue a pump for every due subscription with something to deliver."""
-    return delivery.wake_due_subscriptions()

@@ -17,6 +17,7 @@ from atlas.celery import app as celery_app
 from atlas.services import api_token_create
 from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
+from changesets.outbox import journal
 from changesets.services.apply import ApplyResult, changeset_apply
 from entities.services import role_grant
 from entities.store import EntityKey, baseline
@@ -38,6 +39,23 @@ def not_eager():
 
     with celery_configured(task_always_eager=False):
         yield
+
+
+@pytest.fixture
+def publish_committed() -> Callable[[], list[str]]:
+    """Do the post-commit work of every changeset committed so far, now.
+
+    A write publishes nothing itself: the journal relay is the one path from a
+    commit to a worker (docs/feed.md), and no relay runs in these tests. A test
+    that needs the hooks run and the pumps woken calls this where a worker
+    would have run the relay's task; it returns each entry's outcome.
+    """
+
+    def run() -> list[str]:
+        ids = list(journal.outstanding().values_list("pk", flat=True))
+        return [journal.journal_publish(changeset_id=pk) for pk in ids]
+
+    return run
 
 
 @pytest.fixture

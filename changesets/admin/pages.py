@@ -3,7 +3,7 @@
 They are plain functions taking the model admin (for permissions, the
 scoped queryset and the admin site's context) and the request. None writes
 to the database except the revert confirm, which calls the revert service
-(``changesets.revert.changeset_revert``) as the logged-in user.
+(``changesets.services.revert.changeset_revert``) as the logged-in user.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from django.utils.http import urlencode
 from atlas.admin_mixins import admin_roles, pretty_json
 from atlas.exceptions import AtlasError
 from changesets.admin.diff import diff_images
-from changesets.asof import entity_as_of
 from changesets.exceptions import RevertConflict
 from changesets.models import BASELINE, Changeset, JournalEntry, Revision
 from changesets.ops import canonical
-from changesets.revert import changeset_revert
-from changesets.selectors import entity_has_history, entity_history
+from changesets.selectors.asof import entity_as_of
+from changesets.selectors.log import entity_has_history, entity_history
+from changesets.services.revert import changeset_revert
 from entities.models import Entity
 from entities.store import EntityKey, baseline
 

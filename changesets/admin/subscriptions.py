@@ -1,7 +1,7 @@
 """Subscriptions in the admin: browse their delivery state (read-only).
 
 Subscriptions are created and changed through the API
-(``changesets.subscriptions``), which validates URLs and wakes the pump; the
+(``changesets.outbox.subscriptions``), which validates URLs and wakes the pump; the
 admin shows status, lag, the last error and a parked (dead-letter) delivery,
 and never an HMAC secret. Retry and skip are the API's
 (``POST /subscriptions/{id}/retry`` and ``/skip``).
@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from atlas.admin_mixins import ReadOnlyAdmin, admin_roles
 from changesets.models import Subscription
-from changesets.subscriptions import subscription_lag
+from changesets.outbox.subscriptions import subscription_lag
 
 
 class ParkedFilter(admin.SimpleListFilter):

@@ -26,8 +26,9 @@ from atlas.exceptions import NotFound, UnsupportedMediaType, ValidationFailed
 from changesets import ndjson
 from changesets.api.serializers import ChangesetSerializer, changeset_repr
 from changesets.api.views import get_visible_changeset
-from changesets.revert import changeset_revert
-from changesets.selectors import changeset_revisions, sees_every_namespace
+from changesets.selectors.log import changeset_revisions, sees_every_namespace
+from changesets.services.interchange import changeset_import
+from changesets.services.revert import changeset_revert
 from entities import access
 from entities.api.serializers import (
     Errors,
@@ -198,7 +199,7 @@ class ImportView(APIView):
         # An empty body never reaches the parser: DRF hands the view an empty dict.
         body = request.data if isinstance(request.data, bytes | str) else b""
         document = ndjson.parse(body)
-        result = ndjson.changeset_import(
+        result = changeset_import(
             store=store, actor=request.user, document=document, dry_run=dry_run
         )
         revisions = result.applied.revisions

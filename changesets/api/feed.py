@@ -1,7 +1,7 @@
 """The change feed (``GET /changes``) and subscriptions (superusers): thin views.
 
-Parsing and rendering here; reads in :mod:`changesets.feed`, writes in
-:mod:`changesets.subscriptions`.
+Parsing and rendering here; reads in :mod:`changesets.selectors.feed`, writes in
+:mod:`changesets.outbox.subscriptions`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from atlas.api import paging
 from atlas.api.idempotency import idempotent
 from atlas.api.render import rfc3339
 from atlas.exceptions import NotFound, PermissionDenied, ValidationFailed
-from changesets import feed
-from changesets import subscriptions as subs
 from changesets.models import Capture, Changeset, Subscription
+from changesets.outbox import metrics
+from changesets.outbox import subscriptions as subs
+from changesets.selectors import feed
 from entities import access
 from entities import validation as v
 from entities.api.serializers import Errors, check_fields, namespace_field, require_object
@@ -230,9 +231,10 @@ class ChangeFeedView(APIView):
         after_seq = feed.cursor_decode(since) if since else 0
         readable = access.readable_namespaces(request.user)
         namespaces = feed.effective_namespaces(readable, requested)
-        page = feed.feed_page(
-            after_seq=after_seq, namespaces=namespaces, capture=capture, limit=limit
-        )
+        with metrics.feed_page_timer("pull"):
+            page = feed.feed_page(
+                after_seq=after_seq, namespaces=namespaces, capture=capture, limit=limit
+            )
         body = page.as_dict()
         mark = body["watermark"]
         if mark["changeset_id"] and readable is not None:

@@ -14,7 +14,7 @@ from rest_framework import serializers
 
 from atlas.api.render import rfc3339
 from changesets.models import Changeset, Revision
-from changesets.selectors import sees_every_namespace
+from changesets.selectors.log import sees_every_namespace
 
 
 def op_repr(revision: Revision) -> dict[str, Any]:

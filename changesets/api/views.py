@@ -26,7 +26,7 @@ from changesets.api.serializers import (
 )
 from changesets.chain import GENESIS
 from changesets.models import Changeset, LogHead, Rpc
-from changesets.selectors import (
+from changesets.selectors.log import (
     changeset_get,
     changeset_list,
     changeset_ops,

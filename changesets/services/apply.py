@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
-from changesets import chain, publisher
+from changesets import chain
 from changesets.exceptions import TooManyOps
 from changesets.hooks import run_write_hooks
 from changesets.models import BASELINE, Changeset, LogHead, Rpc
@@ -256,8 +256,8 @@ def _planned_ops(
 def _record(
     *, store: EntityStore, actor: AbstractBaseUser, rpc: str, comment: str, folded: Folded
 ) -> tuple[Changeset, datetime]:
-    """Step 4: the store's rows and the log in one statement, then the write hooks;
-    a baseline changeset is published after commit. Returns it and its clock reading."""
+    """Step 4: the store's rows and the log in one statement, then the write hooks.
+    Returns it and its clock reading."""
     changes, branch = folded.changes, store.branch
     changeset_id: UUID = uuid6.uuid7()
     now = log_clock()
@@ -281,8 +281,8 @@ def _record(
     )
     # From here to COMMIT this transaction holds the log head's lock: keep it short.
     run_write_hooks(changeset)
-    if branch == BASELINE:
-        transaction.on_commit(lambda: _publish_after_commit(changeset_id))
+    # Post-commit work needs nothing from here: the journal row (_write_log) notifies
+    # the relay at COMMIT (changesets.outbox.relay).
     return changeset, now
 
 
@@ -311,7 +311,7 @@ def log_clock() -> datetime:
     a time copied from a response name a moment just *before* the changeset it
     came from (``as_of_time`` would miss it). Entity rows take the same value,
     so an entity's ``updated_at`` is its last changeset's ``at``. Rows written
-    before this rule keep their microseconds; ``changesets.asof.as_of_time``
+    before this rule keep their microseconds; ``changesets.selectors.asof.as_of_time``
     compares at milliseconds for them.
     """
     now = timezone.now()
@@ -384,9 +384,3 @@ def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, in
             [json.dumps([[k.namespace, k.kind, k.slug] for k in keys]), branch],
         )
         return {EntityKey(ns, kind, slug): v for ns, kind, slug, v in cursor.fetchall()}
-
-
-def _publish_after_commit(changeset_id: UUID) -> None:
-    """Hand the journal entry to Celery, off the request path (``changesets.publisher``);
-    a broker outage or a crash before it leaves the entry for the sweep."""
-    publisher.publish_soon(changeset_id)

@@ -1,4 +1,4 @@
-"""Entity endpoints: thin views over ``changesets.services.changeset_apply`` and selectors."""
+"""Entity endpoints: thin views over ``changesets.services.apply.changeset_apply`` and selectors."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from atlas.api.branch import BRANCH_HEADER, store_for
 from atlas.api.idempotency import idempotent
 from atlas.api.render import parse_rfc3339, rfc3339
 from atlas.exceptions import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
-from changesets import asof
 from changesets.api.serializers import (
     ChangesetSerializer,
     RevisionPageSerializer,
@@ -30,7 +29,8 @@ from changesets.api.serializers import (
 )
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, IfMatch, PatchOp, PutOp
-from changesets.selectors import entity_has_history, entity_history
+from changesets.selectors import asof
+from changesets.selectors.log import entity_has_history, entity_history
 from changesets.services.apply import ApplyResult, changeset_apply
 from entities import access
 from entities import validation as v

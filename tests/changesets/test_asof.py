@@ -21,9 +21,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from atlas.api.render import rfc3339
-from changesets import asof
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PutOp, canonical
+from changesets.selectors import asof
 from changesets.services.apply import changeset_apply
 from entities.store import NO_WRITES, EntityKey, Locked, baseline, namespaces_of
 from tests.atlas.test_errors import assert_problem

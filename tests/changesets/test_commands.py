@@ -10,7 +10,7 @@ from django.core.management.base import CommandError
 
 from changesets.models import Changeset, Rpc
 from changesets.principals import SYSTEM_USERNAME
-from changesets.revert import changeset_revert
+from changesets.services.revert import changeset_revert
 from entities.store import baseline
 
 pytestmark = pytest.mark.django_db

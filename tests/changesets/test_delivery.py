@@ -17,11 +17,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from changesets import delivery, feed
 from changesets.models import Revision, Rpc, Subscription
 from changesets.ops import PutOp
+from changesets.outbox import delivery, payloads, pumps
+from changesets.outbox.subscriptions import subscription_create, subscription_lag
+from changesets.selectors import feed
 from changesets.services.apply import changeset_apply
-from changesets.subscriptions import subscription_create, subscription_lag
 from entities.store import baseline
 from tests.changesets.helpers import key
 from tests.changesets.worker_helpers import receiver_factory
@@ -53,7 +54,7 @@ def no_wake(monkeypatch):
     """Record pump wake-ups instead of running them (eager Celery would run them inline)."""
     woken: list[tuple[str, float | None]] = []
     monkeypatch.setattr(
-        delivery, "enqueue_pump", lambda sid, countdown=None: woken.append((sid, countdown))
+        pumps, "enqueue_pump", lambda sid, countdown=None: woken.append((sid, countdown))
     )
     return woken
 
@@ -80,7 +81,7 @@ def all_event_ids(namespaces: list[str] | None = None) -> list[str]:
 
 
 def pump(subscription: Subscription, **kw: Any) -> str:
-    return delivery.subscription_pump(subscription_id=str(subscription.id), **kw)
+    return pumps.subscription_pump(subscription_id=str(subscription.id), **kw)
 
 
 def refresh(subscription: Subscription) -> Subscription:
@@ -317,7 +318,7 @@ def test_inactive_subscriptions_are_not_delivered(staff, namespace, receivers, n
     sub = subscribe(receiver.url, active=False)
     assert pump(sub) == "inactive"
     assert receiver.deliveries == []
-    assert delivery.subscription_pump(subscription_id="0" * 8 + "-0000-0000-0000-" + "0" * 12) == (
+    assert pumps.subscription_pump(subscription_id="0" * 8 + "-0000-0000-0000-" + "0" * 12) == (
         "missing"
     )
 
@@ -338,11 +339,11 @@ def test_wake_pumps_picks_due_subscriptions_whose_namespaces_intersect(
         next_attempt_at=timezone.now() + timedelta(minutes=5)
     )
 
-    assert delivery.wake_pumps(namespaces=[NS]) == 2
+    assert pumps.wake_pumps(namespaces=[NS]) == 2
 
     assert sorted(sid for sid, _ in no_wake) == sorted([str(every.id), str(orders.id)])
     no_wake.clear()
-    delivery.wake_pumps(namespaces=["acme.billing", NS])
+    pumps.wake_pumps(namespaces=["acme.billing", NS])
     assert len(no_wake) == 3 and str(billing.id) in {sid for sid, _ in no_wake}
 
 
@@ -356,7 +357,7 @@ def test_the_beat_wakes_only_due_subscriptions_with_something_to_deliver(
     caught_up = subscribe("http://127.0.0.1:9/c", start="now")
     assert caught_up.cursor_seq > 0
 
-    assert delivery.wake_due_subscriptions() == 1
+    assert pumps.wake_due_subscriptions() == 1
     assert no_wake == [(str(pending.id), None)]
 
 
@@ -367,7 +368,7 @@ def test_a_changeset_landing_while_the_pump_holds_the_row_is_not_left_behind(
     commit_some(staff, 1)
     receiver = receivers()
     sub = subscribe(receiver.url)
-    real_step = delivery._deliver_next_page
+    real_step = delivery.deliver_next_page
     landed = []
 
     def step(subscription_id: str):
@@ -376,7 +377,7 @@ def test_a_changeset_landing_while_the_pump_holds_the_row_is_not_left_behind(
             landed.extend(commit_some(staff, 1, start=50))
         return result
 
-    monkeypatch.setattr(delivery, "_deliver_next_page", step)
+    monkeypatch.setattr(delivery, "deliver_next_page", step)
 
     assert pump(sub) == "idle"
 
@@ -421,6 +422,6 @@ def test_delivery_ids_are_stable_for_the_same_page(staff, namespace, no_wake):
     sub = subscribe("http://127.0.0.1:9/a")
     page = feed.feed_page(after_seq=0, namespaces=None)
     again = feed.feed_page(after_seq=0, namespaces=None)
-    assert delivery.delivery_id(sub, page) == delivery.delivery_id(sub, again)
-    body = json.loads(delivery.page_body(sub, page, "x"))
+    assert payloads.delivery_id(sub, page) == payloads.delivery_id(sub, again)
+    body = json.loads(payloads.page_body(sub, page, "x"))
     assert body["records"] == page.records

@@ -20,16 +20,17 @@ import pytest
 from django.utils import timezone
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from changesets import delivery, feed
 from changesets.models import Rpc, Subscription
 from changesets.ops import PutOp
-from changesets.services.apply import changeset_apply
-from changesets.subscriptions import (
+from changesets.outbox import payloads, pumps, webhooks
+from changesets.outbox.subscriptions import (
     subscription_create,
     subscription_retry,
     subscription_rotate_secret,
     subscription_skip,
 )
+from changesets.selectors import feed
+from changesets.services.apply import changeset_apply
 from entities.store import baseline
 from tests.changesets.helpers import key
 from tests.changesets.worker_helpers import Delivery, receiver_factory
@@ -62,7 +63,7 @@ def receivers():
 def no_wake(monkeypatch):
     woken: list[tuple[str, float | None]] = []
     monkeypatch.setattr(
-        delivery, "enqueue_pump", lambda sid, countdown=None: woken.append((sid, countdown))
+        pumps, "enqueue_pump", lambda sid, countdown=None: woken.append((sid, countdown))
     )
     return woken
 
@@ -90,7 +91,7 @@ def commit(actor, n: int = 1, *, width: int = 1, blob: int = 0, start: int = 0) 
 
 
 def pump(subscription: Subscription, **kw: Any) -> str:
-    return delivery.subscription_pump(subscription_id=str(subscription.id), **kw)
+    return pumps.subscription_pump(subscription_id=str(subscription.id), **kw)
 
 
 def pump_until_settled(subscription: Subscription, rounds: int = 100) -> list[str]:
@@ -238,8 +239,8 @@ def test_rotating_twice_keeps_only_the_secret_just_replaced(root, namespace, no_
     second = subscription_rotate_secret(subscription_id=sub.id, actor=root).secret
     third = subscription_rotate_secret(subscription_id=sub.id, actor=root)
     assert third.previous_secret == second
-    assert first not in delivery.signing_secrets(third, now=timezone.now())
-    assert delivery.signing_secrets(third, now=timezone.now()) == [third.secret, second]
+    assert first not in webhooks.signing_secrets(third, now=timezone.now())
+    assert webhooks.signing_secrets(third, now=timezone.now()) == [third.secret, second]
 
 
 # --- bounded deliveries: bytes, records, parts ---------------------------------------------------
@@ -356,8 +357,8 @@ def test_a_delivery_failing_max_attempts_times_parks_and_waits_for_an_operator(
     # Nothing moves it on by itself: no retry is scheduled, pumps and wake-ups leave it.
     no_wake.clear()
     assert pump(sub) == "parked"
-    assert delivery.wake_pumps(namespaces=[NS]) == 0
-    assert delivery.wake_due_subscriptions() == 0
+    assert pumps.wake_pumps(namespaces=[NS]) == 0
+    assert pumps.wake_due_subscriptions() == 0
     assert no_wake == []
     assert len(receiver.deliveries) == 3
 
@@ -396,7 +397,7 @@ def test_skip_moves_past_the_parked_changeset_and_records_who(
     settings.ATLAS_WEBHOOK_PAGE_SIZE = 1  # one changeset per delivery
     assert pump_until_settled(sub)[-1] == "parked"
 
-    with caplog.at_level("WARNING", logger="changesets.subscriptions"):
+    with caplog.at_level("WARNING", logger="changesets.outbox.subscriptions"):
         skipped = subscription_skip(subscription_id=sub.id, actor=root)
 
     assert skipped.cursor_seq == bad.seq and skipped.parked_seq is None
@@ -455,7 +456,7 @@ def test_a_part_that_keeps_failing_parks_with_its_part_and_skip_passes_the_whole
 def test_metrics_show_parked_subscriptions(
     staff, root, namespace, receivers, settings, client, monkeypatch
 ):
-    from changesets import metrics
+    from changesets.outbox import metrics
     from tests.changesets.test_journal import metric
 
     # The changeset counter is process-wide and incremental: scrape with a fresh one so
@@ -466,7 +467,7 @@ def test_metrics_show_parked_subscriptions(
     receiver = receivers(respond=lambda n, d: 500)
     parked = subscribe(receiver.url, name="parked")
     fine = subscribe(receiver.url, name="fine", start="now")
-    delivery.subscription_pump(subscription_id=str(parked.id))
+    pumps.subscription_pump(subscription_id=str(parked.id))
     client.force_login(root)
 
     text = client.get("/metrics").content.decode()
@@ -527,7 +528,7 @@ def test_planned_parts_are_the_largest_bodies_within_the_limit(staff, namespace,
     page = feed.feed_page(after_seq=0, namespaces=None, limit=100)
     seen: list[str] = []
     while True:
-        out = delivery.plan_delivery(sub, page)
+        out = payloads.plan_delivery(sub, page)
         assert not out.oversize
         assert len(out.body) <= limit
         document = json.loads(out.body)
@@ -542,7 +543,7 @@ def test_planned_parts_are_the_largest_bodies_within_the_limit(staff, namespace,
             capture=page.capture,
             watermark=page.watermark,
         )
-        grown = delivery.page_body(sub, bigger, out.delivery, part=out.part, parts=out.parts)
+        grown = payloads.page_body(sub, bigger, out.delivery, part=out.part, parts=out.parts)
         assert len(grown) > limit - ENVELOPE_MARGIN
         sub.part_seq, sub.part_offset, sub.parts_done = out.seq, start, out.part
     assert seen == [r["event_id"] for r in page.records]

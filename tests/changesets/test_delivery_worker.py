@@ -18,8 +18,8 @@ from django.core.management.base import CommandError
 
 from changesets.models import JournalEntry, JournalPhase, Revision, Rpc, Subscription
 from changesets.ops import PutOp
+from changesets.outbox.subscriptions import subscription_create, subscription_lag
 from changesets.services.apply import changeset_apply
-from changesets.subscriptions import subscription_create, subscription_lag
 from entities.store import baseline
 from tests.changesets.helpers import key
 from tests.changesets.worker_helpers import (

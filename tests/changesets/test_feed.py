@@ -9,9 +9,9 @@ import pytest
 import uuid6
 from django.utils import timezone
 
-from changesets import feed
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp
+from changesets.selectors import feed
 from changesets.services.apply import changeset_apply
 from entities.store import baseline
 from tests.changesets.helpers import key

@@ -33,10 +33,6 @@ READER_LIMIT = 37
 def test_reader_tailing_the_feed_sees_every_changeset_exactly_once_in_seq_order(
     staff, namespace, client_for, monkeypatch
 ):
-    # Post-commit work is not under test here; skipping it keeps the writers quick.
-    monkeypatch.setattr(
-        "changesets.services.apply._publish_after_commit", lambda changeset_id: None
-    )
     client = client_for(staff)
     writers_done = threading.Event()
     errors: list[BaseException] = []

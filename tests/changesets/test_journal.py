@@ -17,10 +17,11 @@ from django.db import connection
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
-from changesets import journal, tasks
+from changesets import tasks
 from changesets.models import JournalEntry, JournalPhase, Subscription
+from changesets.outbox import journal
+from changesets.outbox.subscriptions import subscription_create
 from changesets.signals import changeset_committed
-from changesets.subscriptions import subscription_create
 from entities.models import Namespace
 from tests.entities.factories import NamespaceFactory
 
@@ -58,7 +59,7 @@ def hook():
 def woken(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(
-        "changesets.delivery.enqueue_pump", lambda sid, countdown=None: calls.append(sid)
+        "changesets.outbox.pumps.enqueue_pump", lambda sid, countdown=None: calls.append(sid)
     )
     return calls
 
@@ -167,7 +168,7 @@ def test_an_unreachable_broker_leaves_the_entry_for_the_sweep(
     def down(*args, **kwargs):
         raise BrokerError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
 
-    monkeypatch.setattr("changesets.delivery.enqueue_pump", down)
+    monkeypatch.setattr("changesets.outbox.pumps.enqueue_pump", down)
 
     assert journal.journal_publish(changeset_id=changeset.id) == journal.COMMITTED
     left = entry(changeset)
@@ -329,9 +330,6 @@ def test_recover_batches_exit_status_from_the_shell(staff, namespace, write, hoo
 def test_two_concurrent_recover_batches_runs_publish_each_entry_once(
     staff, namespace, write, hook, woken, monkeypatch
 ):
-    monkeypatch.setattr(
-        "changesets.services.apply._publish_after_commit", lambda changeset_id: None
-    )
     made = [write(staff, f"{NS}/order/o{i}", {"n": i}).changeset for i in range(12)]
     hook.sleep = 0.02  # long enough for the runs to meet on the same entries
     errors: list[BaseException] = []
@@ -379,7 +377,7 @@ def metric(text: str, name: str, /, **labels: str) -> float | None:
 def test_metrics_export_log_journal_and_subscription_figures(
     client, staff, namespace, write, hook, woken, settings
 ):
-    from changesets import delivery
+    from changesets.outbox import delivery
 
     settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS = True
     sub = subscription_create(actor=None, name="idx", url="http://127.0.0.1:9/")
@@ -423,7 +421,7 @@ def test_metrics_export_log_journal_and_subscription_figures(
 
 
 def test_metrics_still_answer_when_the_database_figures_fail(client, db, monkeypatch, settings):
-    from changesets import metrics
+    from changesets.outbox import metrics
 
     def broken(self):
         raise RuntimeError("no database")

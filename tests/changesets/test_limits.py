@@ -2,7 +2,7 @@
 
 API.md "Limits and visibility (added)": beyond the limit → 413 problem+json,
 nothing written; a dry run answers 413 like the real request. The one check
-lives in the write service (``changesets.services.check_op_limit``), raising
+lives in the write service (``changesets.services.apply.check_op_limit``), raising
 ``changesets.exceptions.TooManyOps``; these tests drive it through every path
 built today (service, batch, delete-by-query, revert, import, merge).
 """
@@ -20,8 +20,8 @@ from branches.models import Branch, BranchStatus
 from changesets.exceptions import TooManyOps
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PutOp
-from changesets.revert import changeset_revert
 from changesets.services.apply import changeset_apply, changeset_apply_planned
+from changesets.services.revert import changeset_revert
 from entities.store import baseline
 from tests.atlas.test_errors import assert_problem
 from tests.changesets.helpers import assert_nothing_written, key, log_snapshot

@@ -1,4 +1,4 @@
-"""The journal relay (changesets/relay.py) against the real test database.
+"""The journal relay (changesets/outbox/relay.py) against the real test database.
 
 Each test runs relays in threads with their own connections (LISTEN, the
 advisory lock) and commits for real; the broker is replaced by a recorder.
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from changesets import journal
 from changesets.models import JournalEntry, Rpc
 from changesets.ops import PutOp
-from changesets.relay import JournalRelay, start_in_thread
+from changesets.outbox import journal
+from changesets.outbox.relay import JournalRelay, start_in_thread
 from changesets.services.apply import changeset_apply
 from changesets.tasks import journal_publish_batch
 from entities.store import EntityKey, baseline
@@ -27,9 +27,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def relay_mode(settings, not_eager) -> None:
-    """The default deployment: the web process enqueues nothing, Celery not eager."""
-    settings.ATLAS_JOURNAL_PUBLISH = "relay"
+def relay_mode(not_eager) -> None:
+    """The deployment: the web process enqueues nothing, Celery not eager."""
 
 
 @pytest.fixture
@@ -61,6 +60,30 @@ def relays() -> Iterator[Callable[..., JournalRelay]]:
     for relay in started:
         relay.thread.join(10)
         assert not relay.thread.is_alive()
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, str]]:
+    """What reached ``journal_publish.apply_async``, and on which thread."""
+    calls: list[tuple[str, str]] = []
+
+    def apply_async(args, retry):
+        assert retry is False
+        calls.append((args[0], threading.current_thread().name))
+
+    monkeypatch.setattr("changesets.tasks.journal_publish.apply_async", apply_async)
+    return calls
+
+
+def test_the_web_process_enqueues_nothing(staff, namespace, sent, relay_mode):
+    changeset_apply(
+        store=baseline,
+        actor=staff,
+        ops=[PutOp(EntityKey(namespace.name, "order", "a"), {})],
+        rpc=Rpc.PUT_ENTITY,
+    )
+    assert sent == []  # the journal relay (changesets.outbox.relay) enqueues it
+    assert JournalEntry.objects.filter(phase="committed").count() == 1
 
 
 def write(staff: Any, namespace: Any, n: int) -> str:

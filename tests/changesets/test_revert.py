@@ -18,8 +18,8 @@ from atlas.exceptions import NotFound
 from changesets.exceptions import RevertConflict
 from changesets.models import Changeset, JournalEntry, Op, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
-from changesets.revert import changeset_revert
 from changesets.services.apply import changeset_apply
+from changesets.services.revert import changeset_revert
 from entities.store import baseline
 from tests.atlas.test_errors import assert_problem
 from tests.changesets.helpers import (

@@ -779,7 +779,7 @@ def test_a_baseline_changeset_gets_a_committed_journal_entry(writer, namespace, 
 
 @pytest.mark.django_db(transaction=True)
 def test_after_commit_the_journal_entry_is_published_and_the_signal_fires_once(
-    writer, namespace, write
+    writer, namespace, write, publish_committed
 ):
     received = []
 
@@ -791,6 +791,7 @@ def test_after_commit_the_journal_entry_is_published_and_the_signal_fires_once(
     try:
         changeset = write(writer, f"{NS}/order/a", {"n": 1}).changeset
         write(writer, f"{NS}/order/a", {"n": 1})  # unchanged: no changeset, no signal
+        publish_committed()  # what the relay's task does in a worker
     finally:
         changeset_committed.disconnect(receiver)
 
@@ -802,13 +803,14 @@ def test_after_commit_the_journal_entry_is_published_and_the_signal_fires_once(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_failed_write_sends_no_signal(writer, namespace, write):
+def test_a_failed_write_sends_no_signal(writer, namespace, write, publish_committed):
     received = []
     uid = "test-failed-write"
     changeset_committed.connect(lambda **kw: received.append(kw), weak=False, dispatch_uid=uid)
     try:
         with pytest.raises(PreconditionFailed):
             apply(writer, PutOp(A, {"n": 1}), PutOp(B, {"n": 1}, if_match=3))
+        publish_committed()  # what the relay's task does in a worker
     finally:
         changeset_committed.disconnect(dispatch_uid=uid)
 

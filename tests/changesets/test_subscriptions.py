@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from atlas.exceptions import ValidationFailed
-from changesets import feed
 from changesets.models import Subscription
-from changesets.subscriptions import check_webhook_url
+from changesets.outbox.subscriptions import check_webhook_url
+from changesets.selectors import feed
 from tests.entities.factories import NamespaceFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -70,7 +70,7 @@ def api(root, client_for):
 def woken(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(
-        "changesets.delivery.enqueue_pump", lambda sid, countdown=None: calls.append(sid)
+        "changesets.outbox.pumps.enqueue_pump", lambda sid, countdown=None: calls.append(sid)
     )
     return calls
 

@@ -23,9 +23,9 @@ def no_network(monkeypatch):
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port or 0))]
 
     monkeypatch.setattr(socket, "getaddrinfo", loopback)
-    monkeypatch.setattr("changesets.delivery.enqueue_pump", lambda *args, **kwargs: None)
+    monkeypatch.setattr("changesets.outbox.pumps.enqueue_pump", lambda *args, **kwargs: None)
 
     def no_delivery(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a bad-input or leak test tried to deliver a webhook")
 
-    monkeypatch.setattr("changesets.delivery.post_json", no_delivery)
+    monkeypatch.setattr("changesets.outbox.webhooks.post_json", no_delivery)

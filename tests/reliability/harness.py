@@ -22,8 +22,8 @@ process with ``DATABASE_URL`` set to the database under test:
 
 - ``serve -- <gunicorn args>``: gunicorn with ``--preload``, after applying the
   hooks named in ``ATLAS_HARNESS_HOOKS`` (``crash_after_commit``: the process
-  ``os._exit``s in the post-commit hook, i.e. after the commit and before
-  the journal task is published; ``time_seq=<dir>``: log how long drawing
+  ``os._exit``s in an ``on_commit`` callback the hook registers, i.e. after
+  the commit and before the journal task is published; ``time_seq=<dir>``: log how long drawing
   ``seq`` — waiting for the log head's row lock — took, and how long the lock
   was then held until the commit; ``slow_write=<seconds>``: linger inside
   each write transaction).
@@ -579,12 +579,19 @@ def _apply_server_hooks(spec: str) -> None:
     for hook in filter(None, (h.strip() for h in spec.split(","))):
         name, _, arg = hook.partition("=")
         if name == "crash_after_commit":
-            # Registered by the write path with on_commit: runs after COMMIT
-            # returned, before the journal task is published. Die right there.
-            def crash(changeset_id: Any) -> None:
-                os._exit(17)
+            # Die right after COMMIT returned: the changeset and its journal entry
+            # are committed, nothing has been published (the relay publishes, and
+            # none runs beside this server), and the client gets no answer.
+            from django.db import transaction
 
-            services._publish_after_commit = crash
+            real_write_log = services._write_log
+
+            def crash_after(*args: Any, _real=real_write_log, **kw: Any) -> Any:
+                out = _real(*args, **kw)
+                transaction.on_commit(lambda: os._exit(17))
+                return out
+
+            services._write_log = crash_after
         elif name == "time_seq":
             folder = Path(arg)
             real_log = services._write_log

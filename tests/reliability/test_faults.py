@@ -39,8 +39,8 @@ from changesets.models import (
     Rpc,
 )
 from changesets.ops import PutOp
+from changesets.outbox.subscriptions import subscription_create, subscription_lag
 from changesets.services.apply import changeset_apply
-from changesets.subscriptions import subscription_create, subscription_lag
 from entities.store import EntityKey, baseline
 from tests.changesets.worker_helpers import real_broker, receiver_factory, worker_factory
 from tests.reliability.harness import (

@@ -47,11 +47,11 @@ from rest_framework.test import APIClient
 from atlas.api.render import rfc3339
 from branches.services import branch_create, branch_merge
 from branches.store import BranchStore
-from changesets import feed
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp
-from changesets.revert import changeset_revert
+from changesets.selectors import feed
 from changesets.services.apply import changeset_apply
+from changesets.services.revert import changeset_revert
 from entities.models import Namespace
 from entities.services import role_grant
 from entities.store import EntityKey, baseline

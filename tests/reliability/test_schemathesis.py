@@ -54,8 +54,8 @@ from schemathesis.engine import Status, events, from_schema
 
 from atlas.services import api_token_create
 from branches.services import branch_create
-from changesets.feed import cursor_encode
 from changesets.models import Subscription
+from changesets.selectors.feed import cursor_encode
 from tests.entities.factories import NamespaceFactory, SuperuserFactory
 
 pytestmark = pytest.mark.usefixtures("no_network")
@@ -564,7 +564,7 @@ def _hostile_requests(raw: dict[str, Any], world: dict[str, str]) -> list[tuple]
 def test_hostile_strings_in_every_input_are_refused_never_a_500(seeded):
     from django.test import Client as DjangoClient
 
-    from changesets.subscriptions import subscription_create
+    from changesets.outbox.subscriptions import subscription_create
 
     subscription_create(actor=None, name="s", url="http://hooks.test/")
     raw = json.loads(DjangoClient().get("/api/schema/", {"format": "json"}).content)

@@ -45,12 +45,13 @@ from rest_framework.test import APIClient
 from branches.models import Branch
 from branches.services import branch_create
 from branches.store import BranchStore
-from changesets import journal, tasks
+from changesets import tasks
 from changesets.models import Changeset, Rpc, Subscription
 from changesets.ops import PutOp
+from changesets.outbox import journal, pumps
+from changesets.outbox.subscriptions import subscription_create
 from changesets.principals import SYSTEM_USERNAME, system_user
 from changesets.services.apply import changeset_apply
-from changesets.subscriptions import subscription_create
 from entities.models import Namespace
 from entities.services import role_grant
 from entities.store import EntityKey
@@ -568,7 +569,7 @@ def test_tasks_and_operator_commands_write_no_changeset(world, tmp_path):
     count = Changeset.objects.count()
     tasks.journal_publish(state["changeset_id"])
     tasks.journal_sweep()
-    tasks.subscriptions_wake()
+    pumps.subscriptions_wake()
     journal.journal_sweep(older_than_seconds=0)
     call_command(
         "recover_batches",

@@ -2,7 +2,7 @@
 
 Rules drive the service layer directly — ``changeset_apply`` (put, patch,
 delete, batch), ``changeset_revert``, ``branch_create``, writes through
-``BranchStore``, ``branch_merge`` and ``changesets.feed.feed_page`` — while a
+``BranchStore``, ``branch_merge`` and ``changesets.selectors.feed.feed_page`` — while a
 plain-Python model predicts every outcome: which changeset appears, with
 which versions and images, which call is refused and with what error.
 
@@ -51,12 +51,12 @@ from branches.exceptions import BranchClosed, MergeConflict
 from branches.models import Branch
 from branches.services import branch_create, branch_merge
 from branches.store import BranchStore
-from changesets import feed
 from changesets.exceptions import RevertConflict
 from changesets.models import Capture, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
-from changesets.revert import changeset_revert
+from changesets.selectors import feed
 from changesets.services.apply import changeset_apply
+from changesets.services.revert import changeset_revert
 from entities.models import Entity, Namespace
 from entities.store import EntityKey, baseline
 from tests.entities.factories import SuperuserFactory

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from atlas.exceptions import AtlasError
 from changesets import ndjson
 from changesets.principals import system_user
+from changesets.services.interchange import changeset_import
 from entities.store import baseline
 
 
@@ -76,7 +77,7 @@ class Command(BaseCommand):
         ) as bar:
             for path, document in documents:
                 try:
-                    result = ndjson.changeset_import(
+                    result = changeset_import(
                         store=store,
                         actor=actor,
                         document=document,

@@ -1,4 +1,4 @@
-"""Run the journal relay in the foreground (``changesets.relay``).
+"""Run the journal relay in the foreground (``changesets.outbox.relay``).
 
 ``python manage.py journal_relay`` listens for committed changesets and
 enqueues their journal work for the Celery workers, as each worker's built-in
@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from changesets.relay import JournalRelay, start_in_thread
+from changesets.outbox.relay import JournalRelay, start_in_thread
 
 
 class Command(BaseCommand):

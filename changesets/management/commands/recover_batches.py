@@ -25,7 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from tqdm import tqdm
 
-from changesets import journal
+from changesets.outbox import journal
 
 
 def _age(seconds: float) -> str:

@@ -2,7 +2,7 @@
 
 The write transaction inserts a journal entry (``committed``) with the
 changeset. After commit, :func:`journal_publish` (run by the Celery task the
-write path enqueues, by the beat sweep, or by ``manage.py recover_batches``):
+journal relay enqueues, by the beat sweep, or by ``manage.py recover_batches``):
 
 1. claims the entry with ``SELECT … FOR UPDATE SKIP LOCKED``, so two runners
    never work on one entry at once, and a runner that finds it claimed moves on;
@@ -29,6 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from changesets.models import JournalEntry, JournalPhase
+from changesets.outbox import pumps
 from changesets.signals import changeset_committed
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,6 @@ def journal_publish(*, changeset_id: Any) -> str:
     ``committed`` (this attempt failed; see ``last_error``), ``busy`` (another
     runner holds it), or ``missing``.
     """
-    from changesets.delivery import wake_pumps
-
     with transaction.atomic():
         entry = (
             JournalEntry.objects.select_for_update(skip_locked=True, of=("self",))
@@ -85,7 +84,7 @@ def journal_publish(*, changeset_id: Any) -> str:
         entry.attempts += 1
         try:
             _run_hooks(entry)
-            wake_pumps(namespaces=entry.changeset.namespaces)
+            pumps.wake_pumps(namespaces=entry.changeset.namespaces)
         except Exception as exc:  # noqa: BLE001 - recorded; the sweep retries the entry
             if not isinstance(exc, HookFailed):
                 logger.warning(

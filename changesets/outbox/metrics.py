@@ -24,15 +24,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Max, Min, Q, Sum
 from django.utils import timezone
-from prometheus_client import REGISTRY, CollectorRegistry, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from changesets.models import Changeset, JournalEntry, JournalPhase, Subscription
+from changesets.selectors import feed
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,21 @@ FEED_PAGE_SECONDS = Histogram(
 )
 
 
+@contextmanager
+def feed_page_timer(surface: str) -> Iterator[None]:
+    """Time one feed page into ``atlas_feed_page_seconds{surface}``.
+
+    The caller times the page, not the feed selector: the caller knows the
+    surface (``pull`` for ``GET /changes``, ``push`` for a pump), and the
+    selector stays free of this module, which reads the feed for its gauges.
+    """
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        FEED_PAGE_SECONDS.labels(surface=surface).observe(time.perf_counter() - started)
+
+
 class _ChangesetCounts:
     """Changesets per (rpc, target), counted incrementally by seq."""
 
@@ -53,8 +73,6 @@ class _ChangesetCounts:
         self.counts: dict[tuple[str, str], int] = {}
 
     def read(self) -> dict[tuple[str, str], int]:
-        from changesets.models import Changeset
-
         with self.lock:
             head = Changeset.objects.aggregate(m=Max("seq"))["m"] or 0
             if head < self.last_seq:  # the log was truncated (tests): start over
@@ -97,9 +115,11 @@ class AtlasCollector(Collector):
         yield from families
 
     def _families(self) -> Iterator[Metric]:
-        from changesets import feed
-        from changesets.models import JournalEntry, JournalPhase, Subscription
+        yield from self._log_families()
+        yield from self._journal_families()
+        yield from self._subscription_families()
 
+    def _log_families(self) -> Iterator[Metric]:
         written = CounterMetricFamily(
             "atlas_changesets",
             "Changesets written, by rpc and target (baseline or branch).",
@@ -116,6 +136,7 @@ class AtlasCollector(Collector):
             value=mark["seq"],
         )
 
+    def _journal_families(self) -> Iterator[Metric]:
         outstanding = JournalEntry.objects.filter(phase=JournalPhase.COMMITTED).aggregate(
             n=Count("pk"), oldest=Min("created_at"), retried=Count("pk", filter=Q(attempts__gt=0))
         )
@@ -147,6 +168,7 @@ class AtlasCollector(Collector):
             value=failures or 0,
         )
 
+    def _subscription_families(self) -> Iterator[Metric]:
         deliveries = CounterMetricFamily(
             "atlas_subscription_deliveries",
             "Webhook deliveries per subscription, by outcome (ok = 2xx).",
@@ -219,8 +241,6 @@ def scrape_registry() -> Any:
     database collector.
     """
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         registry.register(_collector)

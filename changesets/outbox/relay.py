@@ -31,6 +31,8 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection
 
+from changesets.tasks import journal_publish_batch
+
 logger = logging.getLogger(__name__)
 
 CHANNEL = "atlas_journal"
@@ -116,8 +118,6 @@ class JournalRelay:
         outstanding entry, so a relay that takes over enqueues what the
         previous one left.
         """
-        from changesets.tasks import journal_publish_batch
-
         if self.mark is None:
             self.mark = raw.execute(
                 "SELECT COALESCE((SELECT min(c.seq) - 1 FROM changesets_journalentry j"

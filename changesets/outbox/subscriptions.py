@@ -1,18 +1,14 @@
 """Subscriptions: push consumers of the change feed (services and reads).
 
 A subscription is a server-side reader of the feed with a durable cursor;
-:mod:`changesets.delivery` pumps it. These services only create, change and
-delete the rows, and wake the pump after commit when there may be something
-new to deliver.
+:mod:`changesets.outbox.pumps` runs its deliveries. These services only
+create, change and delete the rows, and wake the pump after commit when there
+may be something new to deliver.
 """
 
 from __future__ import annotations
 
-import base64
-import ipaddress
 import logging
-import secrets
-import socket
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -26,8 +22,10 @@ from django.utils import timezone
 
 from atlas.api.render import rfc3339
 from atlas.exceptions import Conflict, NotFound, ValidationFailed
-from changesets import feed
 from changesets.models import Capture, Subscription
+from changesets.outbox import pumps
+from changesets.outbox.webhooks import UnsafeAddress, new_secret, resolve_webhook_host
+from changesets.selectors import feed
 from entities import validation as v
 from entities.models import Namespace
 
@@ -35,8 +33,6 @@ logger = logging.getLogger(__name__)
 
 MAX_URL_LENGTH = 2000
 MAX_NAME_LENGTH = 200
-SECRET_BYTES = 32
-SECRET_PREFIX = "whsec_"
 
 MSG_URL_SCHEME = "Must be an http:// or https:// URL with a host."
 MSG_URL_PRIVATE = (
@@ -46,65 +42,6 @@ MSG_URL_PRIVATE = (
 MSG_URL_UNRESOLVABLE = "The host name does not resolve."
 MSG_NAMESPACE_MISSING = "No such namespace."
 MSG_NOTHING_PARKED = "Nothing is parked on this subscription."
-
-
-class UnsafeAddress(Exception):
-    """A webhook host resolved to an address deliveries may not go to."""
-
-
-# IPv6 ranges that carry an IPv4 address in their last 32 bits, or that are never a
-# public destination whatever they embed.
-NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: check the IPv4 inside
-NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: local use only
-IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # RFC 4291, deprecated: never public
-TEREDO = ipaddress.ip_network("2001::/32")  # RFC 4380: check server and client IPv4
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address stands for (mapped, NAT64, 6to4, Teredo)."""
-    found: list[ipaddress.IPv4Address] = []
-    if ip.ipv4_mapped is not None:
-        found.append(ip.ipv4_mapped)
-    if ip in NAT64_WELL_KNOWN:
-        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    if ip.sixtofour is not None:
-        found.append(ip.sixtofour)
-    if ip.teredo is not None:
-        found.extend(ip.teredo)
-    return found
-
-
-def _public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether deliveries may go to ``ip``: globally reachable, not multicast, and,
-    for IPv6, not a wrapper around an IPv4 address that is not (NAT64
-    ``64:ff9b::/96``, 6to4 ``2002::/16``, Teredo ``2001::/32``, IPv4-mapped), nor
-    in a range never meant as a public destination (local-use NAT64
-    ``64:ff9b:1::/48``, IPv4-compatible ``::/96``)."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip in NAT64_LOCAL_USE or ip in IPV4_COMPATIBLE:
-            return False
-        embedded = _embedded_ipv4(ip)
-        if ip.ipv4_mapped is not None:
-            return all(_public(v4) for v4 in embedded)
-        if not all(_public(v4) for v4 in embedded):
-            return False
-    return ip.is_global and not ip.is_multicast
-
-
-def resolve_webhook_host(host: str, port: int) -> list[str]:
-    """The addresses ``host`` resolves to, vetted against the private-address rule.
-
-    Raises :class:`UnsafeAddress` when any of them is loopback, private,
-    link-local or otherwise non-public and private webhooks are not allowed,
-    and ``OSError`` when the name does not resolve.
-    """
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = list(dict.fromkeys(info[4][0] for info in infos))
-    if not settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS:
-        for address in addresses:
-            if not _public(ipaddress.ip_address(address.split("%", 1)[0])):
-                raise UnsafeAddress(address)
-    return addresses
 
 
 def check_webhook_url(url: Any, *, pointer: str = "/url") -> str:
@@ -157,21 +94,14 @@ def check_namespaces(names: Any, *, pointer: str = "/namespaces") -> list[str]:
     return sorted(set(names))
 
 
-def new_secret() -> str:
-    """A Standard Webhooks secret: ``whsec_`` and the base64 of 32 random bytes (the key)."""
-    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
-
-
 def _wake_after_commit(subscription: Subscription) -> None:
     if not subscription.active:
         return
     subscription_id = str(subscription.id)
 
     def wake() -> None:
-        from changesets.delivery import enqueue_pump
-
         try:
-            enqueue_pump(subscription_id)
+            pumps.enqueue_pump(subscription_id)
         except Exception:  # noqa: BLE001 - the beat's wake-up sweep delivers it later
             logger.warning("could not wake the pump of subscription %s", subscription_id)
 

@@ -15,7 +15,6 @@ filter or capture mode: a cursor is a position in the one log.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,6 @@ from django.core import signing
 
 from atlas.api.render import rfc3339
 from atlas.exceptions import BadRequest
-from changesets import metrics
 from changesets.models import BASELINE, Capture, Changeset, Revision
 from changesets.ops import canonical
 
@@ -168,7 +166,6 @@ def feed_page(
     namespaces: Sequence[str] | None,
     capture: str = Capture.NEW_VALUES,
     limit: int = DEFAULT_LIMIT,
-    surface: str = "pull",
 ) -> FeedPage:
     """The baseline records after ``after_seq`` in namespaces ``namespaces`` (None = all).
 
@@ -180,9 +177,10 @@ def feed_page(
     3. Read the watermark last, so it is never behind the page's records.
 
     ``namespaces`` must already be limited to what the reader may see
-    (invariant 8); an empty list yields no records.
+    (invariant 8); an empty list yields no records. Callers time it
+    (``changesets.outbox.metrics.feed_page_timer``): they know which surface
+    they serve, and the feed stays free of the metrics that read it.
     """
-    started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     full = False
     if namespaces is None or len(namespaces) > 0:
@@ -204,7 +202,7 @@ def feed_page(
     mark = watermark()
     records = [_record(row, capture) for row in rows]
     last_seq = rows[-1]["seq"] if rows else after_seq
-    page = FeedPage(
+    return FeedPage(
         records=records,
         after_seq=after_seq,
         last_seq=last_seq,
@@ -213,8 +211,6 @@ def feed_page(
         full=full,
         changesets=len({row["seq"] for row in rows}),
     )
-    metrics.FEED_PAGE_SECONDS.labels(surface=surface).observe(time.perf_counter() - started)
-    return page
 
 
 def changesets_after(*, after_seq: int, namespaces: Sequence[str] | None) -> int:

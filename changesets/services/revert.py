@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -67,37 +67,7 @@ def changeset_revert(
     keys = [_key(r) for r in revisions]
 
     def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
-        ops: list[WriteOp] = []
-        conflicts: list[dict[str, Any]] = []
-        for revision in revisions:
-            key = _key(revision)
-            now = current.get(key)
-            now_content = now.content if now is not None else None
-            if _holds(now_content, revision.before):
-                continue  # already back at the pre-image
-            if not _holds(now_content, revision.after):
-                newer = str(now.changeset_id) if now is not None else _last_writer(key, store)
-                conflicts.append(
-                    {
-                        "namespace": key.namespace,
-                        "kind": key.kind,
-                        "slug": key.slug,
-                        "reason": "moved_on",
-                        "newer_changeset_id": newer,
-                    }
-                )
-                continue
-            if revision.before is None:
-                ops.append(DeleteOp(key))
-            else:
-                ops.append(PutOp(key, revision.before))
-        if conflicts:
-            raise RevertConflict(
-                f"{len(conflicts)} entit{'y has' if len(conflicts) == 1 else 'ies have'} moved on"
-                " since this changeset; revert the newer changesets first.",
-                conflicts=conflicts,
-            )
-        return ops
+        return _plan(revisions, current, store)
 
     return changeset_apply_planned(
         store=store,
@@ -108,6 +78,44 @@ def changeset_revert(
         keys=keys,
         plan=plan,
     )
+
+
+def _plan(
+    revisions: Sequence[Revision], current: Mapping[EntityKey, StoredEntity], store: EntityStore
+) -> list[WriteOp]:
+    """The inverse ops, newest first, read under the write service's locks; every
+    entity that moved on is collected, then the whole revert is refused."""
+    ops: list[WriteOp] = []
+    conflicts: list[dict[str, Any]] = []
+    for revision in revisions:
+        key = _key(revision)
+        now = current.get(key)
+        now_content = now.content if now is not None else None
+        if _holds(now_content, revision.before):
+            continue  # already back at the pre-image
+        if not _holds(now_content, revision.after):
+            newer = str(now.changeset_id) if now is not None else _last_writer(key, store)
+            conflicts.append(
+                {
+                    "namespace": key.namespace,
+                    "kind": key.kind,
+                    "slug": key.slug,
+                    "reason": "moved_on",
+                    "newer_changeset_id": newer,
+                }
+            )
+            continue
+        if revision.before is None:
+            ops.append(DeleteOp(key))
+        else:
+            ops.append(PutOp(key, revision.before))
+    if conflicts:
+        raise RevertConflict(
+            f"{len(conflicts)} entit{'y has' if len(conflicts) == 1 else 'ies have'} moved on"
+            " since this changeset; revert the newer changesets first.",
+            conflicts=conflicts,
+        )
+    return ops
 
 
 def _holds(current: dict[str, Any] | None, image: dict[str, Any] | None) -> bool:

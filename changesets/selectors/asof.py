@@ -28,7 +28,7 @@ from datetime import datetime
 from django.db import connection
 
 from changesets.models import BASELINE, Changeset
-from changesets.selectors import end_of_millisecond, visible_changesets
+from changesets.selectors.log import end_of_millisecond, visible_changesets
 from entities.store import EntityKey, StoredEntity, entity_filters, row_to_entity
 
 # The key's hash as ``revision_asof`` indexes it (migration 0007): the planner
@@ -106,7 +106,7 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
     Times compare at milliseconds, the precision responses show: ``at`` names
     its whole millisecond, so a changeset's displayed ``at`` includes it even
     when an older row stored microseconds (new rows store milliseconds:
-    ``changesets.services.log_clock``). Ties within a millisecond go to the
+    ``changesets.services.apply.log_clock``). Ties within a millisecond go to the
     highest seq.
     """
     return (

@@ -1,0 +1,146 @@
+"""Subscription pumps: a run of deliveries, its Celery tasks, and the one way to queue one.
+
+A pump run (:func:`subscription_pump`) repeats :func:`delivery.deliver_next_page`
+until the subscription is caught up, a delivery fails (a retry is queued after
+the backoff), or the run has had its turn (a new run is queued, so other
+subscriptions' pumps get workers too).
+
+Queueing a pump (:func:`enqueue_pump`) lives here, with the pump's tasks,
+because three places need it: the journal wakes the pumps a committed
+changeset concerns, the subscription services wake a pump after a change,
+and a run queues its own continuation. They import this module; it imports
+neither of them, so there is no cycle, and ``changesets.tasks`` (the
+journal's tasks) sits above the journal.
+
+Lost wake-ups: a wake that arrives while a run holds the row finds it busy
+and leaves. So after a run finds nothing to deliver and releases the row, it
+looks once more; anything committed in between is picked up by this run.
+The beat task :func:`subscriptions_wake` is the safety net for pumps whose
+messages were lost (a worker killed, the broker restarted).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from changesets.models import Subscription
+from changesets.outbox import delivery
+from changesets.selectors import feed
+
+
+def subscription_pump(
+    *,
+    subscription_id: str,
+    max_pages: int | None = None,
+    max_seconds: float | None = None,
+) -> str:
+    """Deliver pages to one subscription until it is caught up, fails, or has had its turn.
+
+    Returns what stopped it: ``idle`` (caught up), ``failed`` (a retry is
+    scheduled after the backoff), ``yielded`` (had its turn; a new run is
+    queued so other subscriptions' pumps get workers too), or ``busy``,
+    ``backoff``, ``inactive``, ``missing``.
+    """
+    max_pages = max_pages or settings.ATLAS_WEBHOOK_MAX_PAGES_PER_RUN
+    deadline = time.monotonic() + (max_seconds or settings.ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN)
+    pages = 0
+    while True:
+        step = delivery.deliver_next_page(subscription_id)
+        if step.outcome == "delivered":
+            pages += 1
+            if pages >= max_pages or time.monotonic() >= deadline:
+                enqueue_pump(subscription_id)
+                return "yielded"
+            continue
+        if step.outcome == "idle":
+            # The row is released now. A wake that came while we held it was
+            # turned away as "busy": look again so its changeset is not left
+            # waiting for the beat.
+            subscription = Subscription.objects.filter(pk=subscription_id).first()
+            if subscription is not None and feed.has_records_after(
+                after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
+            ):
+                continue
+            return "idle"
+        if step.outcome == "narrowed":
+            continue  # its first changeset alone, at once
+        if step.outcome == "failed" and step.retry_in is not None:
+            enqueue_pump(subscription_id, countdown=step.retry_in)
+        return step.outcome
+
+
+def enqueue_pump(subscription_id: str, *, countdown: float | None = None) -> None:
+    """Queue a pump run for one subscription (raises when the broker is unreachable)."""
+    if countdown:
+        pump.apply_async(args=[str(subscription_id)], countdown=countdown)
+    else:
+        pump.delay(str(subscription_id))
+
+
+def _due(now: Any) -> Q:
+    return Q(active=True, parked_seq__isnull=True) & (
+        Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
+    )
+
+
+def subscriptions_for(namespaces: Sequence[str]) -> list[str]:
+    """Ids of due, active subscriptions that a changeset in ``namespaces`` concerns."""
+    return [
+        str(pk)
+        for pk in Subscription.objects.filter(_due(timezone.now()))
+        .filter(Q(namespaces=[]) | Q(namespaces__overlap=list(namespaces)))
+        .values_list("pk", flat=True)
+    ]
+
+
+def wake_pumps(*, namespaces: Sequence[str]) -> int:
+    """Queue a pump for every due subscription a changeset in ``namespaces`` concerns.
+
+    Subscriptions in backoff are skipped: their retry is already scheduled.
+    Raises when the broker is unreachable (the journal entry then stays
+    outstanding and is retried).
+    """
+    ids = subscriptions_for(namespaces)
+    for subscription_id in ids:
+        enqueue_pump(subscription_id)
+    return len(ids)
+
+
+def wake_due_subscriptions() -> int:
+    """Queue a pump for every due, active subscription with something to deliver.
+
+    The beat safety net: covers pump messages lost to a killed worker or a
+    restarted broker, and retries whose scheduled message went missing.
+    """
+    woken = 0
+    for subscription in Subscription.objects.filter(_due(timezone.now())).only(
+        "id", "cursor_seq", "namespaces"
+    ):
+        if feed.has_records_after(
+            after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
+        ):
+            enqueue_pump(str(subscription.id))
+            woken += 1
+    return woken
+
+
+# --- Celery tasks (acks_late: see changesets.tasks) -----------------------------------------
+
+
+@shared_task(name="changesets.subscription_pump", acks_late=True)
+def pump(subscription_id: str) -> str:
+    """Deliver a subscription's pending pages (one worker at a time per subscription)."""
+    return subscription_pump(subscription_id=subscription_id)
+
+
+@shared_task(name="changesets.subscriptions_wake", acks_late=True)
+def subscriptions_wake() -> int:
+    """Beat: queue a pump for every due subscription with something to deliver."""
+    return wake_due_subscriptions()

@@ -1,0 +1,4 @@
+"""Reads: the log (lists, history), as-of projections and the change feed.
+
+Selectors return querysets or plain data and never write.
+"""
