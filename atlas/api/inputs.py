@@ -143,6 +143,11 @@ class NullChecked:
 class BodySerializer(serializers.Serializer):
     first: tuple[str, ...] = ("comment", "dry_run")
 
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        # A JSON ``null`` body is a body that is not an object (422 below), not
+        # DRF's "may not be null".
+        return False, data
+
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         body = require_object(data)
         errors = Errors()
@@ -150,7 +155,8 @@ class BodySerializer(serializers.Serializer):
         required = {f.field_name for f in fields if f.required}
         known = {f.field_name for f in fields}
         check_fields(body, errors, "", required=required, optional=known - required)
-        fields.sort(key=lambda f: f.field_name not in self.first)
+        rank = {name: i for i, name in enumerate(self.first)}
+        fields.sort(key=lambda f: rank.get(f.field_name, len(rank)))
         out: dict[str, Any] = {}
         for field in fields:
             name = field.field_name
