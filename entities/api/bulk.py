@@ -10,11 +10,11 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.viewsets import GenericViewSet
 
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
 from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PROBLEM
+from atlas.api.viewsets import ViewSet
 from changesets.api.serializers import ChangesetSerializer
 from changesets.delete_by_query import entities_delete_by_query
 from changesets.models import Rpc
@@ -46,7 +46,7 @@ BatchResponseSerializer = inline_serializer(
 
 
 # ``POST /batch``: an ordered op list as one changeset, all or nothing.
-class BatchViewSet(GenericViewSet):
+class BatchViewSet(ViewSet):
     @extend_schema(
         operation_id="batch",
         summary="Apply an ordered op list as one changeset (all or nothing)",
@@ -79,7 +79,7 @@ class BatchViewSet(GenericViewSet):
 
 
 # ``POST /delete-by-query``: every matching entity deleted as one changeset.
-class DeleteByQueryViewSet(GenericViewSet):
+class DeleteByQueryViewSet(ViewSet):
     @extend_schema(
         operation_id="delete_by_query",
         summary="Delete every matching entity as one changeset",

@@ -13,13 +13,13 @@ from rest_framework.decorators import action
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.viewsets import GenericViewSet
 
 from atlas.api import paging
 from atlas.api.idempotency import idempotent
 from atlas.api.inputs import BodySerializer, ChoiceOf, StrictBooleanField, namespace_field
 from atlas.api.openapi import PAGE_PARAMS, PROBLEM
 from atlas.api.render import rfc3339
+from atlas.api.viewsets import ViewSet
 from atlas.exceptions import NotFound, PermissionDenied
 from entities import access, services
 from entities.models import Namespace
@@ -100,7 +100,7 @@ GRANT_DESCRIPTION = (
 # Namespaces (list, create, retrieve, partial_update) and their grants. Not
 # readable = 404 first, so a PATCH or a grant confirms nothing hidden. (A
 # comment: drf-spectacular would print a docstring on every operation.)
-class NamespaceViewSet(GenericViewSet):
+class NamespaceViewSet(ViewSet):
     lookup_field = "name"
 
     def get_permissions(self) -> list[BasePermission]:

@@ -18,7 +18,6 @@ from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.viewsets import GenericViewSet
 
 from atlas.api import paging
 from atlas.api.branch import store_for
@@ -43,6 +42,7 @@ from atlas.api.openapi import (
     PROBLEM,
 )
 from atlas.api.render import parse_rfc3339, rfc3339
+from atlas.api.viewsets import ViewSet
 from atlas.exceptions import NotFound, ValidationFailed
 from changesets import asof
 from changesets.api.serializers import (
@@ -168,7 +168,7 @@ def _list_filters(request: Request) -> tuple[str | None, str | None, str | None]
     return namespace, kind, slug_prefix
 
 
-class EntityViewSet(GenericViewSet):
+class EntityViewSet(ViewSet):
     lookup_fields = ("namespace", "kind", "slug")
 
     @extend_schema(
