@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 
@@ -91,6 +91,49 @@ def find_nul(value: Any) -> str | None:
         elif isinstance(item, list):
             for index, child in enumerate(item):
                 stack.append((child, f"{pointer}/{index}", depth + 1))
+    return None
+
+
+MSG_PATCH_OBJECT = "A merge patch of content must be an object."
+
+
+class ContentProblem(NamedTuple):
+    """What is wrong with a value given as content: where inside it, and why."""
+
+    pointer: str  # RFC 6901, relative to the content ("" = the whole value)
+    message: str
+    too_large: bool = False  # 413, not 422
+
+
+def content_problem(value: Any) -> ContentProblem | None:
+    """The first thing that makes ``value`` unfit to be an entity's content, or None.
+
+    The one statement of the content rules (API.md "Entity refs"): a JSON
+    object, no U+0000 in any key or string, at most 64 levels deep, at most
+    ``ATLAS_MAX_CONTENT_BYTES`` encoded. Checked in that order, so the cheap
+    checks answer first and the size is measured only of a storable value.
+    """
+    if not isinstance(value, dict):
+        return ContentProblem("", MSG_CONTENT_OBJECT)
+    bad = find_nul(value)
+    if bad is not None:
+        return ContentProblem(bad, MSG_BAD_TEXT)
+    too_large = content_too_large(value)
+    if too_large:
+        return ContentProblem("", too_large, too_large=True)
+    return None
+
+
+def patch_problem(value: Any) -> ContentProblem | None:
+    """The first thing that makes ``value`` unfit to be an RFC 7396 merge patch of content.
+
+    Its size is not limited here: the content it produces is, when applied.
+    """
+    if not isinstance(value, dict):
+        return ContentProblem("", MSG_PATCH_OBJECT)
+    bad = find_nul(value)
+    if bad is not None:
+        return ContentProblem(bad, MSG_BAD_TEXT)
     return None
 
 

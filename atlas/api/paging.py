@@ -8,7 +8,9 @@ another listing or another user is a 400.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from django.core import signing
 from rest_framework.request import Request
@@ -17,6 +19,9 @@ from atlas.exceptions import BadRequest, ValidationFailed
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+MSG_BAD_TOKEN = "The page token is invalid."
+MSG_OTHER_LISTING = "The page token belongs to another listing."
+T = TypeVar("T")
 
 
 def _salt(scope: str, request: Request) -> str:
@@ -78,13 +83,74 @@ def check_known_params(request: Request, allowed: set[str]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    results: list[T]
+    next_page_token: str | None
+
+
+def resume_after(
+    request: Request,
+    *,
+    scope: str,
+    field: str,
+    field_type: type,
+    filters: dict[str, Any] | None = None,
+) -> Any:
+    """The position ``page_token`` resumes after (None on the first page).
+
+    A token is ``{field: position, **filters}``: ``filters`` (a digest of the
+    query, the changeset listed) must match the request's, or the token
+    belongs to another listing (400). ``bool`` is never an ``int`` here.
+    """
+    position = page_position(scope, request)
+    if position is None:
+        return None
+    after = position.get(field)
+    wrong_filters = any(position.get(name) != value for name, value in (filters or {}).items())
+    if wrong_filters or type(after) is not field_type:
+        raise BadRequest(MSG_OTHER_LISTING if filters else MSG_BAD_TOKEN, pointer="/page_token")
+    return after
+
+
+def keyset_page(
+    request: Request,
+    *,
+    scope: str,
+    field: str,
+    field_type: type,
+    fetch: Callable[[Any, int], Sequence[T]],
+    position_of: Callable[[T], Any],
+    filters: dict[str, Any] | None = None,
+) -> Page[T]:
+    """One page of a keyset listing, and the token for the next (None on the last).
+
+    ``fetch(after, limit)`` returns up to ``limit`` rows after the position
+    ``after`` (None = from the start) in the listing's order; it is asked for
+    one row more than the page holds, so a last page needs no second query.
+    ``position_of(row)`` is the position a row is resumed after (a name, a
+    seq, a key as a list). The token is signed for ``scope`` and the user.
+    """
+    limit = page_size(request)
+    after = resume_after(request, scope=scope, field=field, field_type=field_type, filters=filters)
+    rows = list(fetch(after, limit + 1))
+    token = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        token = encode_token(scope, request, {field: position_of(rows[-1]), **(filters or {})})
+    return Page(rows, token)
+
+
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "Page",
     "check_known_params",
     "decode_token",
     "encode_token",
     "int_param",
+    "keyset_page",
     "page_position",
     "page_size",
+    "resume_after",
 ]

@@ -27,6 +27,7 @@ from datetime import datetime
 
 from django.db import connection
 
+from atlas.exceptions import BadRequest, NotFound
 from changesets.models import BASELINE, Changeset
 from changesets.selectors.log import end_of_millisecond, visible_changesets
 from entities.store import EntityKey, StoredEntity, entity_filters, row_to_entity
@@ -115,6 +116,48 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
         .order_by("-seq")
         .first()
     )
+
+
+# The branch header, named here as the pointer of the error (selectors know no HTTP).
+BRANCH_POINTER = "/headers/X-Atlas-Branch"
+
+
+def as_of_resolve(
+    *,
+    branch: str,
+    namespaces: Sequence[str] | None,
+    changeset_id: str | None = None,
+    at: datetime | None = None,
+) -> Changeset:
+    """The changeset an as-of read is pinned to, by id or by time (give one).
+
+    1. As-of reads are baseline only: under a branch, 400.
+    2. By id: the changeset must be visible to the caller (else 404, not
+       visible = not found) and a baseline one (400: a branch changeset is
+       no point in baseline's history).
+    3. By time: the newest visible baseline changeset at or before ``at``
+       (:func:`as_of_time`); none → 404.
+    """
+    if branch:
+        raise BadRequest(
+            "As-of reads are baseline only; drop the branch header.", pointer=BRANCH_POINTER
+        )
+    if changeset_id is not None:
+        changeset = as_of_changeset(changeset_id=changeset_id, namespaces=namespaces)
+        if changeset is None:
+            raise NotFound("No such changeset.", pointer="/as_of")
+        if changeset.branch:
+            raise BadRequest(
+                "As-of reads are baseline only; that changeset landed on a branch.",
+                pointer="/as_of",
+            )
+        return changeset
+    if at is None:
+        raise TypeError("as_of_resolve needs changeset_id or at")
+    changeset = as_of_time(at=at, namespaces=namespaces)
+    if changeset is None:
+        raise NotFound("No changeset at or before that time.", pointer="/as_of_time")
+    return changeset
 
 
 def entities_as_of(

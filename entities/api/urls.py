@@ -1,28 +1,12 @@
-from django.urls import path
+"""Entity and namespace routes (included under /api/v1)."""
 
-from entities.api import namespaces, views
+from atlas.api.routers import Router
+from entities.api import bulk, namespaces, views
 
-urlpatterns = [
-    path("entities", views.EntityListView.as_view(), name="entity-list"),
-    path(
-        "entities/<str:namespace>/<str:kind>/<str:slug>",
-        views.EntityDetailView.as_view(),
-        name="entity-detail",
-    ),
-    path(
-        "entities/<str:namespace>/<str:kind>/<str:slug>/history",
-        views.EntityHistoryView.as_view(),
-        name="entity-history",
-    ),
-    path("batch", views.BatchView.as_view(), name="batch"),
-    path("delete-by-query", views.DeleteByQueryView.as_view(), name="delete-by-query"),
-    path("namespaces", namespaces.NamespaceListView.as_view(), name="namespace-list"),
-    path(
-        "namespaces/<str:name>", namespaces.NamespaceDetailView.as_view(), name="namespace-detail"
-    ),
-    path(
-        "namespaces/<str:name>/grants/<str:principal_type>/<str:principal>",
-        namespaces.GrantView.as_view(),
-        name="namespace-grant",
-    ),
-]
+router = Router()
+router.register("entities", views.EntityViewSet, basename="entity")
+router.register("batch", bulk.BatchViewSet, basename="batch")
+router.register("delete-by-query", bulk.DeleteByQueryViewSet, basename="delete-by-query")
+router.register("namespaces", namespaces.NamespaceViewSet, basename="namespace")
+
+urlpatterns = router.urls

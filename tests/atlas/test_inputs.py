@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from atlas.api.conditional import IF_MATCH_PATTERN
 from atlas.api.render import rfc3339
 from changesets import chain
 from changesets.models import Changeset, LogHead, Revision
-from entities.api.views import IF_MATCH_PATTERN
 from entities.models import Entity
 from tests.atlas.test_errors import assert_problem
 from tests.entities.factories import UserFactory

@@ -1,0 +1,344 @@
+"""Request-body checks every app's API shares, with the contract's error shape.
+
+A bad body is one 422 listing every ``{pointer, detail}`` found (API.md
+"Errors"), so a client fixes them all in one round trip; the pointers are
+RFC 6901 paths into the body (``/ops/3/content``). Apps' APIs import these
+from here, never from each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from atlas.exceptions import PayloadTooLarge, ValidationFailed
+from entities import validation as v
+
+MAX_COMMENT_LENGTH = 10_000
+MAX_PREFIX_LENGTH = 200
+MAX_ERRORS = 100
+NO_NUL = r"^[^\x00]*$"
+MSG_NOT_OBJECT = "The body must be a JSON object."
+MSG_UNKNOWN_FIELD = "Unknown field."
+MSG_REQUIRED = "This field is required."
+MSG_NOT_STRING = "Must be a string."
+MSG_COMMENT = f"At most {MAX_COMMENT_LENGTH} characters, no NUL."
+MSG_BOOL = "Must be true or false."
+
+
+class Errors:
+    """Collects ``{pointer, detail}`` pairs and raises them as one 422."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, str]] = []
+
+    def add(self, pointer: str, detail: str) -> None:
+        self.items.append({"pointer": pointer, "detail": detail})
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            first = self.items[0]
+            detail = first["detail"] if len(self.items) == 1 else f"{len(self.items)} errors."
+            raise ValidationFailed(detail, pointer=first["pointer"], errors=self.items[:MAX_ERRORS])
+
+
+def require_object(data: Any, pointer: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValidationFailed(
+            MSG_NOT_OBJECT,
+            pointer=pointer or "/",
+            errors=[{"pointer": pointer or "/", "detail": "Expected an object."}],
+        )
+    return data
+
+
+def is_empty_body(data: Any) -> bool:
+    """No body at all: DRF hands the view an empty dict (or QueryDict).
+
+    A body that is JSON ``""`` or ``null`` is a body, and not an object: 422.
+    """
+    return isinstance(data, dict) and not data
+
+
+def check_fields(
+    data: dict[str, Any], errors: Errors, prefix: str, *, required: set[str], optional: set[str]
+) -> None:
+    for name in sorted(set(data) - required - optional):
+        errors.add(f"{prefix}/{name}", MSG_UNKNOWN_FIELD)
+    for name in sorted(required - set(data)):
+        errors.add(f"{prefix}/{name}", MSG_REQUIRED)
+
+
+def comment_error(value: Any) -> str | None:
+    """Why ``value`` is not a comment (null is one: it means empty), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return MSG_NOT_STRING
+    if len(value) > MAX_COMMENT_LENGTH or "\x00" in value:
+        return MSG_COMMENT
+    return None
+
+
+def check_comment(data: dict[str, Any], errors: Errors, prefix: str = "") -> str:
+    comment = data.get("comment", "")
+    error = comment_error(comment)
+    if error is not None:
+        errors.add(f"{prefix}/comment", error)
+        return ""
+    return comment or ""
+
+
+def check_bool(data: dict[str, Any], name: str, errors: Errors, prefix: str = "") -> bool:
+    value = data.get(name, False)
+    if not isinstance(value, bool):
+        errors.add(f"{prefix}/{name}", MSG_BOOL)
+        return False
+    return value
+
+
+def prefix_error(value: Any) -> str | None:
+    """Why ``value`` is not a literal slug prefix (null is one: no prefix), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_PREFIX_LENGTH or "\x00" in value:
+        return f"Must be a string of at most {MAX_PREFIX_LENGTH} characters, no NUL."
+    return None
+
+
+# --- fields: one description that both validates and feeds OpenAPI ------------------
+
+
+class FieldProblem(serializers.ValidationError):
+    """A field's errors at pointers inside its value (``/content/a/b``, ``/ops/3/slug``)."""
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        super().__init__([message for _, message in items])
+        self.items = items
+
+
+class NullChecked:
+    """JSON null meets the field's own rule and message, not DRF's "may not be null"."""
+
+    allow_null: bool
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is None and not self.allow_null:
+            return False, data
+        return super().validate_empty_values(data)  # type: ignore[misc]
+
+
+# A JSON request body: exactly these fields, every error in one 422.
+#
+# The fields validate and, through drf-spectacular, describe the body, so
+# there is one description per input. Errors keep the contract's shape
+# (``{pointer, detail}``; unknown fields refused, not ignored) and the order
+# clients have always seen: unknown, missing, then ``first`` (the common
+# ``comment`` and ``dry_run``), then the rest as declared. A value over a
+# size limit answers 413 at once. (A comment, not a docstring: drf-spectacular
+# would print a docstring as the description of every body.)
+class BodySerializer(serializers.Serializer):
+    first: tuple[str, ...] = ("comment", "dry_run")
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        # A JSON ``null`` body is a body that is not an object (422 below), not
+        # DRF's "may not be null".
+        return False, data
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        body = require_object(data)
+        errors = Errors()
+        fields = [f for f in self.fields.values() if not f.read_only]
+        required = {f.field_name for f in fields if f.required}
+        known = {f.field_name for f in fields}
+        check_fields(body, errors, "", required=required, optional=known - required)
+        rank = {name: i for i, name in enumerate(self.first)}
+        fields.sort(key=lambda f: rank.get(f.field_name, len(rank)))
+        out: dict[str, Any] = {}
+        for field in fields:
+            name = field.field_name
+            if name not in body:
+                if not field.required and field.default is not serializers.empty:
+                    out[name] = field.get_default()
+                continue
+            try:
+                out[name] = field.run_validation(body[name])
+            except FieldProblem as exc:
+                for pointer, message in exc.items:
+                    errors.add(f"/{name}{pointer}", message)
+            except serializers.ValidationError as exc:
+                for item in _flatten(exc.detail, f"/{name}"):
+                    errors.add(item["pointer"], item["detail"])
+        errors.raise_if_any()
+        return out
+
+    @classmethod
+    def parse(cls, data: Any) -> dict[str, Any]:
+        """Validate ``data`` (``request.data``) and return the values, or raise the 422."""
+        serializer = cls(data=data)
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+
+def _flatten(detail: Any, prefix: str) -> list[dict[str, str]]:
+    if isinstance(detail, list) and all(not isinstance(d, dict | list) for d in detail):
+        return [{"pointer": prefix, "detail": str(d)} for d in detail]
+    if isinstance(detail, dict):
+        return [i for k, d in detail.items() for i in _flatten(d, f"{prefix}/{k}")]
+    return [{"pointer": prefix, "detail": str(detail)}]
+
+
+@extend_schema_field(
+    {"type": "string", "maxLength": MAX_COMMENT_LENGTH, "pattern": NO_NUL, "nullable": True}
+)
+class CommentField(serializers.Field):
+    """Any text up to the limit, empty or null included (null = empty), without U+0000."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        kwargs.setdefault("help_text", "The client's comment.")
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        error = comment_error(data)
+        if error is not None:
+            raise serializers.ValidationError(error)
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field(
+    {"type": "string", "maxLength": MAX_PREFIX_LENGTH, "pattern": NO_NUL, "nullable": True}
+)
+class PrefixField(serializers.Field):
+    """A literal slug prefix: up to 200 characters, empty or null included, no U+0000."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str | None:
+        error = prefix_error(data)
+        if error is not None:
+            raise serializers.ValidationError(error)
+        return data or None
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class StrictBooleanField(NullChecked, serializers.BooleanField):
+    """JSON ``true`` or ``false`` only: ``"yes"`` or ``1`` is a 422, not a guess."""
+
+    default_error_messages = {"invalid": MSG_BOOL}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class NameField(NullChecked, serializers.Field):
+    """A name checked by one of ``entities.validation``'s rules, with its message."""
+
+    def __init__(self, *, valid: Any, message: str, schema: dict[str, Any], **kwargs: Any) -> None:
+        self.valid = valid
+        self.message = message
+        self.schema = schema
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not self.valid(data):
+            raise serializers.ValidationError(self.message)
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class NameFieldScheme(OpenApiSerializerFieldExtension):
+    """A name field is described by its own schema (pattern, length)."""
+
+    target_class = NameField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        # As DRF's RegexField was described: never blank, then the name's own limits.
+        schema: dict[str, Any] = {"type": "string"}
+        if self.target.allow_null:
+            schema["nullable"] = True
+        schema.update(minLength=1, maxLength=self.target.schema["maxLength"])
+        schema["pattern"] = self.target.schema["pattern"]
+        return schema
+
+
+class ChoiceOf(NullChecked, serializers.ChoiceField):
+    """One of a few words, with one message for anything else."""
+
+    def __init__(self, choices: Any, *, message: str, **kwargs: Any) -> None:
+        self.message = message
+        super().__init__(choices, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if data is None and self.allow_null:
+            return None
+        if not isinstance(data, str) or data not in self.choice_strings_to_values:
+            raise serializers.ValidationError(self.message)
+        return self.choice_strings_to_values[data]
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class ContentField(NullChecked, serializers.Field):
+    """An entity's content, by the one content rule (``entities.validation``)."""
+
+    def __init__(self, *, patch: bool = False, **kwargs: Any) -> None:
+        self.problem = v.patch_problem if patch else v.content_problem
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        problem = self.problem(data)
+        if problem is None:
+            return data
+        if problem.too_large:
+            raise PayloadTooLarge(problem.message, pointer=f"/{self.field_name}")
+        raise FieldProblem([(problem.pointer, problem.message)])
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+NAMESPACE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": v.NAMESPACE_RE.pattern,
+    "maxLength": v.NAMESPACE_MAX_LENGTH,
+}
+KIND_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": v.KIND_RE.pattern,
+    "maxLength": v.KIND_MAX_LENGTH,
+}
+SLUG_SCHEMA: dict[str, Any] = {"type": "string", "pattern": v.SLUG_RE.pattern, "maxLength": 200}
+
+
+def comment_field() -> serializers.Field:
+    return CommentField()
+
+
+def namespace_field(**kwargs: Any) -> serializers.Field:
+    return NameField(
+        valid=v.is_valid_namespace, message=v.MSG_NAMESPACE, schema=NAMESPACE_SCHEMA, **kwargs
+    )
+
+
+def kind_field(**kwargs: Any) -> serializers.Field:
+    return NameField(valid=v.is_valid_kind, message=v.MSG_KIND, schema=KIND_SCHEMA, **kwargs)
+
+
+def slug_field(**kwargs: Any) -> serializers.Field:
+    return NameField(valid=v.is_valid_slug, message=v.MSG_SLUG, schema=SLUG_SCHEMA, **kwargs)
