@@ -1,8 +1,10 @@
-"""Changeset and revision representations (API.md "Representations").
+"""Changeset and revision representations (API.md "Representations"), and the inputs.
 
 Rendering is plain functions over model rows, fast enough for pages of
-thousands of ops; the serializers below describe the same shapes for the
-OpenAPI schema.
+thousands of ops; the output serializers below describe the same shapes for
+the OpenAPI schema. Inputs (a revert body, the import's query) are
+:mod:`atlas.api.strict` serializers: the one description that both validates
+and documents them.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from atlas.api import strict
 from atlas.api.render import rfc3339
 from changesets.models import Changeset, Revision
 from changesets.selectors import sees_every_namespace
+from entities.api.serializers import MAX_COMMENT_LENGTH
 
 
 def op_repr(revision: Revision) -> dict[str, Any]:
@@ -160,6 +165,9 @@ class RevisionSerializer(serializers.Serializer):
     after = serializers.JSONField(allow_null=True)
 
 
+# A page is one object, also where a viewset's ``list`` answers it (many=False keeps
+# drf-spectacular from describing it as an array of pages).
+@extend_schema_serializer(many=False)
 class ChangesetPageSerializer(serializers.Serializer):
     results = ChangesetListItemSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)
@@ -168,3 +176,38 @@ class ChangesetPageSerializer(serializers.Serializer):
 class RevisionPageSerializer(serializers.Serializer):
     results = RevisionSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)
+
+
+class InverseOpSerializer(serializers.Serializer):
+    op = serializers.ChoiceField(["put", "delete"])
+    namespace = serializers.CharField()
+    kind = serializers.CharField()
+    slug = serializers.CharField()
+    content = serializers.JSONField(required=False)
+
+
+# What revert and import answer: the changeset written (null on a dry run or when
+# nothing changes), its ops as batch ops, and whether it was a dry run.
+class ChangesetActionResponseSerializer(serializers.Serializer):
+    changeset = ChangesetSerializer(allow_null=True)
+    ops = InverseOpSerializer(many=True)
+    dry_run = serializers.BooleanField()
+
+
+# --- inputs --------------------------------------------------------------------
+
+
+def comment_field() -> strict.TextField:
+    return strict.TextField(
+        max_length=MAX_COMMENT_LENGTH, required=False, help_text="The client's comment."
+    )
+
+
+# ``POST /changesets/{id}/revert``; no body at all reads as ``{}``.
+class RevertBodySerializer(strict.Body):
+    dry_run = strict.StrictBooleanField(required=False, default=False)
+    comment = comment_field()
+
+
+class ImportQuerySerializer(strict.Query):
+    dry_run = strict.QueryBooleanField(required=False, help_text="Check, write nothing.")
