@@ -115,8 +115,13 @@ class Query(serializers.Serializer):
                 values[name] = field.run_validation(raw)
             except (serializers.ValidationError, ValidationFailed) as exc:
                 errors += _field_errors(exc, f"/{name}")
-        raise_errors(errors)
+        if errors:
+            self.refuse(errors)
         return values
+
+    def refuse(self, errors: list[dict[str, str]]) -> None:
+        """Raise ``errors`` as one 422; a query may keep an older wording of its summary."""
+        raise_errors(errors)
 
 
 def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def _key_position(change: Any) -> dict[str, Any]:
 
 # Branches: cut, read, diff, merge, abandon, and who besides the creator may write.
 # (No class docstring: drf-spectacular would make it every operation's description.)
-class BranchViewSet(viewsets.GenericViewSet):
+class BranchViewSet(viewsets.ViewSet):
     lookup_url_kwarg = "name"
     lookup_value_converter = "str"
 

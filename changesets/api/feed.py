@@ -36,7 +36,7 @@ CAPTURES = s.CAPTURES
 
 # ``GET /changes``: baseline changes after a cursor, in commit order. (No class
 # docstrings on viewsets: drf-spectacular would make them operation descriptions.)
-class ChangeFeedViewSet(viewsets.GenericViewSet):
+class ChangeFeedViewSet(viewsets.ViewSet):
     @extend_schema(
         operation_id="changes_list",
         summary="The change feed: baseline changes after a cursor, in commit order",
@@ -116,7 +116,7 @@ _ACTION_PROBLEMS = {403: PROBLEM, 404: PROBLEM, 409: PROBLEM}
 
 
 # Webhook subscriptions to the feed: superusers only.
-class SubscriptionViewSet(viewsets.GenericViewSet):
+class SubscriptionViewSet(viewsets.ViewSet):
     permission_classes = [IsSuperuser]
     lookup_url_kwarg = "subscription_id"
     lookup_value_converter = "str"

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 
 from atlas.api import strict
 from atlas.api.render import parse_rfc3339
+from atlas.exceptions import ValidationFailed
 from changesets.models import Rpc
 from entities import validation as v
 from entities.api.views import NAMESPACE_SCHEMA
@@ -90,6 +91,11 @@ class ChangesetFilter(strict.Query):
     )
     since = TimestampField(required=False, help_text="at >= since")
     until = TimestampField(required=False, help_text="at <= until (its whole millisecond)")
+
+    def refuse(self, errors: list[dict[str, str]]) -> None:
+        # As this listing always answered: the first error's detail, however many.
+        first = errors[0]
+        raise ValidationFailed(first["detail"], pointer=first["pointer"], errors=errors)
 
 
 def filter_digest(request: Request) -> str:

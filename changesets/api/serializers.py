@@ -17,6 +17,7 @@ from rest_framework import serializers
 
 from atlas.api import strict
 from atlas.api.render import rfc3339
+from atlas.exceptions import ValidationFailed
 from changesets.models import Changeset, Revision
 from changesets.selectors import sees_every_namespace
 from entities.api.serializers import MAX_COMMENT_LENGTH
@@ -211,3 +212,7 @@ class RevertBodySerializer(strict.Body):
 
 class ImportQuerySerializer(strict.Query):
     dry_run = strict.QueryBooleanField(required=False, help_text="Check, write nothing.")
+
+    def refuse(self, errors: list[dict[str, str]]) -> None:
+        # As this endpoint always answered: the parameter named in the detail.
+        raise ValidationFailed("dry_run must be true or false.", errors=errors)

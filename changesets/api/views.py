@@ -101,7 +101,7 @@ def _revision_key(changeset: Changeset) -> Any:
 
 # The log: list and read changesets; revert one, or move it between servers as NDJSON.
 # (No class docstring: drf-spectacular would make it every operation's description.)
-class ChangesetViewSet(viewsets.GenericViewSet):
+class ChangesetViewSet(viewsets.ViewSet):
     lookup_url_kwarg = "changeset_id"
     lookup_value_converter = "str"
     schema = _ChangesetSchema()
