@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 from django.db.models import Q, QuerySet
 
 from branches.models import NAME_PATTERN, Branch, BranchMember
+from changesets.models import Changeset
 from entities import access
 from entities.access import Role
 from entities.store import EntityKey, StoredEntity, load_json
@@ -131,6 +133,37 @@ def visible_branches(*, user: User) -> QuerySet[Branch]:
     return qs.filter(
         Q(created_by_id=user.pk) | Q(namespaces__overlap=readable) | Q(pk__in=memberships)
     )
+
+
+def branch_fresh(*, branch: Branch) -> Branch:
+    """``branch`` as stored now (after a service changed it under its row lock)."""
+    return Branch.objects.get(pk=branch.pk)
+
+
+def user_by_username(username: str) -> AbstractBaseUser | None:
+    """The user named ``username``, or None (no user can have a U+0000 in its name:
+    PostgreSQL text cannot hold one, so it is not even looked up)."""
+    if "\x00" in username:
+        return None
+    return get_user_model().objects.filter(username=username).first()
+
+
+def visible_changeset_ids(
+    branches: Iterable[Branch], readable: Sequence[str] | None
+) -> set[str] | None:
+    """The fork and merge changesets of ``branches`` the caller can see (``None`` = all).
+
+    The fork is whatever baseline changeset was newest when the branch was cut,
+    often in a namespace the caller cannot read: its id must not show (not
+    visible = not there). One query for a whole page of branches.
+    """
+    if readable is None:
+        return None
+    ids = {i for b in branches for i in (b.fork_changeset_id, b.merged_changeset_id) if i}
+    if not ids or not readable:
+        return set()
+    rows = Changeset.objects.filter(pk__in=ids, namespaces__overlap=list(readable))
+    return {str(i) for i in rows.values_list("id", flat=True)}
 
 
 def branch_list(

@@ -1,49 +1,31 @@
-"""Branch representations and input parsing (API.md "Branches").
+"""Branch representations and inputs (API.md "Branches").
 
-Rendering is plain functions, like the changeset API; the serializers below
-describe the same shapes for the OpenAPI schema.
+Rendering is plain functions, like the changeset API; the output serializers
+below describe the same shapes for the OpenAPI schema. Bodies are
+:mod:`atlas.api.strict` serializers: one description validates and documents.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from atlas.api import strict
+from atlas.api.inputs import MAX_COMMENT_LENGTH
 from atlas.api.render import rfc3339
-from branches.models import MSG_NAME, Branch, BranchStatus
-from branches.selectors import Diff, OverlayChange, is_valid_name, member_names
-from changesets.api.serializers import ChangesetSerializer
-from changesets.models import Changeset
-from entities.api.serializers import (
-    Errors,
-    check_bool,
-    check_comment,
-    check_fields,
-    comment_field,
-    is_empty_body,
-    require_object,
+from atlas.api.representations import ChangesetSerializer
+from branches.models import MSG_NAME, NAME_PATTERN, Branch, BranchStatus
+from branches.selectors import (
+    Diff,
+    OverlayChange,
+    is_valid_name,
+    member_names,
+    visible_changeset_ids,
 )
 from entities.store import EntityKey
-
-
-def visible_changeset_ids(
-    branches: Iterable[Branch], readable: Sequence[str] | None
-) -> set[str] | None:
-    """The fork and merge changesets of ``branches`` the caller can see (``None`` = all).
-
-    The fork is whatever baseline changeset was newest when the branch was cut,
-    often in a namespace the caller cannot read: its id must not show (not
-    visible = not there). One query for a whole page of branches.
-    """
-    if readable is None:
-        return None
-    ids = {i for b in branches for i in (b.fork_changeset_id, b.merged_changeset_id) if i}
-    if not ids or not readable:
-        return set()
-    rows = Changeset.objects.filter(pk__in=ids, namespaces__overlap=list(readable))
-    return {str(i) for i in rows.values_list("id", flat=True)}
 
 
 def branch_repr(
@@ -107,40 +89,6 @@ def diff_repr(diff: Diff, next_page_token: str | None) -> dict[str, Any]:
     }
 
 
-def parse_create(data: Any) -> tuple[str, str]:
-    body = require_object(data)
-    errors = Errors()
-    check_fields(body, errors, "", required={"name"}, optional={"comment"})
-    comment = check_comment(body, errors)
-    if "name" in body and not is_valid_name(body["name"]):
-        errors.add("/name", MSG_NAME)
-    errors.raise_if_any()
-    return body["name"], comment
-
-
-def parse_member_put(data: Any) -> None:
-    """No body, or an empty object: membership has no attributes."""
-    if is_empty_body(data):
-        return
-    body = require_object(data)
-    errors = Errors()
-    check_fields(body, errors, "", required=set(), optional=set())
-    errors.raise_if_any()
-
-
-def parse_merge(data: Any) -> tuple[bool, str]:
-    """``{"dry_run"?, "comment"?}``; an empty body is fine."""
-    if is_empty_body(data):
-        return False, ""
-    body = require_object(data)
-    errors = Errors()
-    check_fields(body, errors, "", required=set(), optional={"dry_run", "comment"})
-    comment = check_comment(body, errors)
-    dry_run = check_bool(body, "dry_run", errors)
-    errors.raise_if_any()
-    return dry_run, comment
-
-
 STATUSES = [s.value for s in BranchStatus]
 
 
@@ -170,14 +118,26 @@ class BranchSerializer(serializers.Serializer):
     )
 
 
+# A page is one object, also where a viewset's ``list`` answers it.
+@extend_schema_serializer(many=False)
 class BranchPageSerializer(serializers.Serializer):
     results = BranchSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)
 
 
-class BranchCreateSerializer(serializers.Serializer):
-    name = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# --- inputs ------------------------------------------------------------------------
+
+
+def comment_field() -> strict.TextField:
+    return strict.TextField(
+        max_length=MAX_COMMENT_LENGTH, required=False, help_text="The client's comment."
+    )
+
+
+# Fields in the order their errors are reported.
+class BranchCreateSerializer(strict.Body):
     comment = comment_field()
+    name = strict.StrictRegexField(NAME_PATTERN, message=MSG_NAME, check=is_valid_name)
 
 
 class EntityRefSerializer(serializers.Serializer):
@@ -204,9 +164,10 @@ class DiffSerializer(serializers.Serializer):
     next_page_token = serializers.CharField(allow_null=True)
 
 
-class MergeBodySerializer(serializers.Serializer):
-    dry_run = serializers.BooleanField(required=False, default=False)
+# ``{"dry_run"?, "comment"?}``; no body at all reads as ``{}``.
+class MergeBodySerializer(strict.Body):
     comment = comment_field()
+    dry_run = strict.StrictBooleanField(required=False, default=False)
 
 
 class MergeResponseSerializer(serializers.Serializer):

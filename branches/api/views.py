@@ -1,56 +1,94 @@
-"""Branch endpoints: thin views over ``branches.services`` and ``branches.selectors``."""
+"""Branch endpoints: one thin viewset over ``branches.services`` and ``branches.selectors``."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
-from django.contrib.auth import get_user_model
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from atlas.api import paging
+from atlas.api import paging, strict
 from atlas.api.idempotency import idempotent
+from atlas.api.keyset import page_of, refuse_token
+from atlas.api.openapi import PROBLEM
+from atlas.api.representations import changeset_repr
 from atlas.exceptions import NotFound, ValidationFailed
 from branches import services
 from branches.api import serializers as s
 from branches.models import Branch
-from branches.selectors import branch_diff, branch_get, branch_list, member_names
-from changesets.api.serializers import changeset_repr
+from branches.selectors import (
+    branch_diff,
+    branch_fresh,
+    branch_get,
+    branch_list,
+    member_names,
+    user_by_username,
+    visible_changeset_ids,
+)
 from entities import access
 from entities.store import EntityKey
 
-PROBLEM = OpenApiTypes.OBJECT
 IDEMPOTENCY_PARAM = OpenApiParameter(
     "Idempotency-Key",
     OpenApiTypes.STR,
     OpenApiParameter.HEADER,
     description="Replays the first response for the same principal, key and request.",
 )
+_PAGE_PARAMS = [
+    OpenApiParameter("page_size", OpenApiTypes.INT, description="Default 50, max 500."),
+    OpenApiParameter("page_token", OpenApiTypes.STR, description="From next_page_token."),
+]
+_MEMBERS = "``PUT|DELETE /branches/{name}/members/user/{username}``."
 
 
-def get_visible_branch(request: Request, name: str) -> Branch:
-    """The branch, or 404 when it does not exist, is invisible, or the name is invalid."""
-    branch = branch_get(name=name, user=request.user)
-    if branch is None:
-        raise NotFound("No such branch.")
-    return branch
+def _resume_after_name(position: dict[str, Any]) -> str:
+    after = position.get("n")
+    if not isinstance(after, str):
+        raise refuse_token()
+    return after
 
 
-class BranchListView(APIView):
+def _resume_after_key(position: dict[str, Any]) -> EntityKey:
+    """The key a diff page token continues after (400 when it is not one)."""
+    key = position.get("k")
+    if not (isinstance(key, list) and len(key) == 3 and all(isinstance(p, str) for p in key)):
+        raise refuse_token()
+    return EntityKey(*key)
+
+
+def _key_position(change: Any) -> dict[str, Any]:
+    return {"k": [change.key.namespace, change.key.kind, change.key.slug]}
+
+
+# Branches: cut, read, diff, merge, abandon, and who besides the creator may write.
+# (No class docstring: drf-spectacular would make it every operation's description.)
+class BranchViewSet(viewsets.ViewSet):
+    lookup_url_kwarg = "name"
+    lookup_value_converter = "str"
+
+    def get_object(self) -> Branch:
+        """The branch, or 404 when it does not exist, is invisible, or the name is invalid."""
+        branch = branch_get(name=self.kwargs[self.lookup_url_kwarg], user=self.request.user)
+        if branch is None:
+            raise NotFound("No such branch.")
+        return branch
+
+    def _repr(self, branch: Branch, status: int = 200) -> Response:
+        readable = access.readable_namespaces(self.request.user)
+        return Response(s.branch_repr(branch, readable), status=status)
+
     @extend_schema(
         operation_id="branches_list",
         summary="Branches you can see, by name",
-        parameters=[
-            OpenApiParameter("status", OpenApiTypes.STR, enum=s.STATUSES),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="Default 50, max 500."),
-            OpenApiParameter("page_token", OpenApiTypes.STR, description="From next_page_token."),
-        ],
+        parameters=[OpenApiParameter("status", OpenApiTypes.STR, enum=s.STATUSES), *_PAGE_PARAMS],
         responses={200: s.BranchPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
-    def get(self, request: Request) -> Response:
+    def list(self, request: Request) -> Response:
         paging.check_known_params(request, {"status", "page_size", "page_token"})
         status = request.query_params.get("status") or None
         if status is not None and status not in s.STATUSES:
@@ -58,28 +96,20 @@ class BranchListView(APIView):
                 f"status must be one of {', '.join(s.STATUSES)}.",
                 errors=[{"pointer": "/status", "detail": f"One of {', '.join(s.STATUSES)}."}],
             )
-        limit = paging.page_size(request)
-        scope = f"branches:{status or ''}"
-        position = paging.page_position(scope, request)
-        after = None
-        if position is not None:
-            after = position.get("n")
-            if not isinstance(after, str):
-                raise paging.BadRequest("The page token is invalid.", pointer="/page_token")
-        rows = branch_list(user=request.user, status=status, after=after, limit=limit + 1)
-        token = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            token = paging.encode_token(scope, request, {"n": rows[-1].name})
-        readable = access.readable_namespaces(request.user)
-        visible = s.visible_changeset_ids(rows, readable)
-        members = member_names(rows)
-        return Response(
-            {
-                "results": [s.branch_repr(b, readable, visible, members) for b in rows],
-                "next_page_token": token,
-            }
+        page = page_of(
+            lambda after, limit: branch_list(
+                user=request.user, status=status, after=after, limit=limit
+            ),
+            lambda row: {"n": row.name},
+            request,
+            scope=f"branches:{status or ''}",
+            resume=_resume_after_name,
         )
+        readable = access.readable_namespaces(request.user)
+        visible = visible_changeset_ids(page.rows, readable)
+        members = member_names(page.rows)
+        results = [s.branch_repr(b, readable, visible, members) for b in page.rows]
+        return Response({"results": results, "next_page_token": page.next_token})
 
     @extend_schema(
         operation_id="branches_create",
@@ -89,26 +119,23 @@ class BranchListView(APIView):
         responses={201: s.BranchSerializer, **{c: PROBLEM for c in (400, 403, 409, 415, 422)}},
     )
     @idempotent
-    def post(self, request: Request) -> Response:
-        name, comment = s.parse_create(request.data)
-        branch = services.branch_create(name=name, actor=request.user, comment=comment)
-        response = Response(
-            s.branch_repr(branch, access.readable_namespaces(request.user)), status=201
+    def create(self, request: Request) -> Response:
+        body = strict.validated(s.BranchCreateSerializer, request.data)
+        branch = services.branch_create(
+            name=body["name"], actor=request.user, comment=body.get("comment", "")
         )
+        response = self._repr(branch, status=201)
         response["Location"] = f"{request.path.rstrip('/')}/{branch.name}"
         return response
 
-
-class BranchDetailView(APIView):
     @extend_schema(
         operation_id="branches_get",
         summary="One branch",
         responses={200: s.BranchSerializer, 404: PROBLEM},
     )
-    def get(self, request: Request, name: str) -> Response:
+    def retrieve(self, request: Request, name: str) -> Response:
         paging.check_known_params(request, set())
-        branch = get_visible_branch(request, name)
-        return Response(s.branch_repr(branch, access.readable_namespaces(request.user)))
+        return self._repr(self.get_object())
 
     @extend_schema(
         operation_id="branches_abandon",
@@ -118,54 +145,36 @@ class BranchDetailView(APIView):
         responses={200: s.BranchSerializer, **{c: PROBLEM for c in (403, 404, 409)}},
     )
     @idempotent
-    def delete(self, request: Request, name: str) -> Response:
-        branch = get_visible_branch(request, name)
-        branch = services.branch_abandon(branch=branch, actor=request.user)
-        return Response(s.branch_repr(branch, access.readable_namespaces(request.user)))
+    def destroy(self, request: Request, name: str) -> Response:
+        branch = services.branch_abandon(branch=self.get_object(), actor=request.user)
+        return self._repr(branch)
 
-
-class BranchDiffView(APIView):
     @extend_schema(
         operation_id="branches_diff",
         summary="What the branch changed (paged, in key order), and how far baseline moved",
-        parameters=[
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="Default 50, max 500."),
-            OpenApiParameter("page_token", OpenApiTypes.STR, description="From next_page_token."),
-        ],
+        parameters=_PAGE_PARAMS,
         responses={200: s.DiffSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
-    def get(self, request: Request, name: str) -> Response:
+    @action(detail=True, methods=["get"])
+    def diff(self, request: Request, name: str) -> Response:
         paging.check_known_params(request, {"page_size", "page_token"})
-        branch = get_visible_branch(request, name)
-        limit = paging.page_size(request)
-        scope = f"branch-diff:{branch.name}"
-        after = _diff_position(paging.page_position(scope, request))
-        diff = branch_diff(
-            branch=branch,
-            namespaces=access.readable_namespaces(request.user),
-            after=after,
-            limit=limit + 1,
+        branch = self.get_object()
+        readable = access.readable_namespaces(request.user)
+        diffs = []  # the Diff the page came from: its counts ride along
+
+        def changes_after(after: EntityKey | None, limit: int) -> list[Any]:
+            diffs.append(branch_diff(branch=branch, namespaces=readable, after=after, limit=limit))
+            return diffs[-1].changes
+
+        page = page_of(
+            changes_after,
+            _key_position,
+            request,
+            scope=f"branch-diff:{branch.name}",
+            resume=_resume_after_key,
         )
-        token = None
-        if len(diff.changes) > limit:
-            diff = replace(diff, changes=diff.changes[:limit])
-            last = diff.changes[-1].key
-            position = {"k": [last.namespace, last.kind, last.slug]}
-            token = paging.encode_token(scope, request, position)
-        return Response(s.diff_repr(diff, token))
+        return Response(s.diff_repr(replace(diffs[-1], changes=page.rows), page.next_token))
 
-
-def _diff_position(position: dict | None) -> EntityKey | None:
-    """The key a diff page token continues after (400 when it is not one)."""
-    if position is None:
-        return None
-    key = position.get("k")
-    if not (isinstance(key, list) and len(key) == 3 and all(isinstance(p, str) for p in key)):
-        raise paging.BadRequest("The page token is invalid.", pointer="/page_token")
-    return EntityKey(*key)
-
-
-class BranchMergeView(APIView):
     @extend_schema(
         operation_id="branches_merge",
         summary="Land the branch on baseline as one changeset (rpc MergeBranch)",
@@ -176,47 +185,39 @@ class BranchMergeView(APIView):
             **{c: PROBLEM for c in (400, 403, 404, 409, 413, 415, 422)},
         },
     )
+    @action(detail=True, methods=["post"])
     @idempotent
-    def post(self, request: Request, name: str) -> Response:
-        branch = get_visible_branch(request, name)
-        dry_run, comment = s.parse_merge(request.data)
+    def merge(self, request: Request, name: str) -> Response:
+        branch = self.get_object()
+        body = strict.validated(s.MergeBodySerializer, request.data)
         result = services.branch_merge(
-            branch=branch, actor=request.user, dry_run=dry_run, comment=comment
+            branch=branch,
+            actor=request.user,
+            dry_run=body["dry_run"],
+            comment=body.get("comment", ""),
         )
         readable = access.readable_namespaces(request.user)
+        changeset = result.changeset
         return Response(
             {
-                "changeset": (
-                    changeset_repr(result.changeset, result.revisions) if result.changeset else None
-                ),
+                "changeset": changeset_repr(changeset, result.revisions) if changeset else None,
                 "merged": [s.ref_repr(k) for k in result.merged],
                 "dry_run": result.dry_run,
                 "branch": s.branch_repr(result.branch, readable),
             }
         )
 
-
-class BranchMemberView(APIView):
-    """``PUT|DELETE /branches/{name}/members/user/{username}``."""
-
-    def _resolve(self, request: Request, name: str, username: str) -> tuple[Branch, object]:
-        branch = get_visible_branch(request, name)
-        user = None
-        if "\x00" not in username:  # no user can have it (PostgreSQL text cannot)
-            user = get_user_model().objects.filter(username=username).first()
+    def _member(self, username: str) -> tuple[Branch, Any]:
+        branch = self.get_object()
+        user = user_by_username(username)
         if user is None:
             raise NotFound("No such user.")
         return branch, user
 
-    def _answer(self, request: Request, branch: Branch, status: int) -> Response:
-        branch.refresh_from_db()
-        return Response(
-            s.branch_repr(branch, access.readable_namespaces(request.user)), status=status
-        )
-
     @extend_schema(
         operation_id="branches_members_put",
         summary="Let a user write the branch (its creator, or a maintainer everywhere it wrote)",
+        description=_MEMBERS,
         request=None,
         parameters=[IDEMPOTENCY_PARAM],
         responses={
@@ -225,22 +226,30 @@ class BranchMemberView(APIView):
             **{c: PROBLEM for c in (403, 404, 409, 422)},
         },
     )
+    @action(
+        detail=True,
+        methods=["put"],
+        url_path="members/user/<str:username>",
+        url_name="member",
+    )
     @idempotent
-    def put(self, request: Request, name: str, username: str) -> Response:
-        branch, user = self._resolve(request, name, username)
-        s.parse_member_put(request.data)
+    def member(self, request: Request, name: str, username: str) -> Response:
+        branch, user = self._member(username)
+        strict.validated(strict.Empty, request.data)
         added = services.branch_member_add(branch=branch, user=user, actor=request.user)
-        return self._answer(request, branch, 201 if added else 200)
+        return self._repr(branch_fresh(branch=branch), status=201 if added else 200)
 
     @extend_schema(
         operation_id="branches_members_delete",
         summary="Take a user's membership of the branch away",
+        description=_MEMBERS,
         request=None,
         parameters=[IDEMPOTENCY_PARAM],
         responses={204: None, **{c: PROBLEM for c in (403, 404, 409)}},
     )
+    @member.mapping.delete
     @idempotent
-    def delete(self, request: Request, name: str, username: str) -> Response:
-        branch, user = self._resolve(request, name, username)
+    def member_remove(self, request: Request, name: str, username: str) -> Response:
+        branch, user = self._member(username)
         services.branch_member_remove(branch=branch, user=user, actor=request.user)
         return Response(status=204)

@@ -1,30 +1,16 @@
-from django.urls import path
+"""Routes of the changeset log (included under /api/v1).
 
-from changesets.api import actions, views
+A router, so each action is reached the same way: ``/changesets/import`` is
+an action of the list (``detail=False``), routed before ``/changesets/{id}``,
+so "import" is never taken for an id.
+"""
 
-urlpatterns = [
-    path("changesets", views.ChangesetListView.as_view(), name="changeset-list"),
-    path("log/head", views.LogHeadView.as_view(), name="log-head"),
-    # Before <changeset_id>, so "import" is never taken for an id.
-    path("changesets/import", actions.ImportView.as_view(), name="changeset-import"),
-    path(
-        "changesets/<str:changeset_id>",
-        views.ChangesetDetailView.as_view(),
-        name="changeset-detail",
-    ),
-    path(
-        "changesets/<str:changeset_id>/revisions",
-        views.ChangesetRevisionsView.as_view(),
-        name="changeset-revisions",
-    ),
-    path(
-        "changesets/<str:changeset_id>/revert",
-        actions.RevertView.as_view(),
-        name="changeset-revert",
-    ),
-    path(
-        "changesets/<str:changeset_id>/export",
-        actions.ExportView.as_view(),
-        name="changeset-export",
-    ),
-]
+from rest_framework.routers import SimpleRouter
+
+from changesets.api import views
+
+router = SimpleRouter(trailing_slash=False, use_regex_path=False)
+router.register("changesets", views.ChangesetViewSet, basename="changeset")
+router.register("log", views.LogViewSet, basename="log")
+
+urlpatterns = router.urls

@@ -1,45 +1,58 @@
-"""Changeset log endpoints: list, get, revisions."""
+"""Changeset endpoints: one viewset over the log, and ``GET /log/head``.
+
+Thin: an input serializer (:mod:`changesets.api.serializers`), one selector
+or service, a representation. Paging is :func:`atlas.api.keyset.page_of`.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
-from datetime import datetime
+from typing import Any
 
+from django.http import StreamingHttpResponse
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from atlas.api import paging
-from atlas.api.render import parse_rfc3339, rfc3339
-from atlas.exceptions import BadRequest, NotFound, ValidationFailed
-from changesets.api.serializers import (
-    ChangesetDetailSerializer,
-    ChangesetPageSerializer,
-    RevisionPageSerializer,
-    changeset_repr,
-    revision_repr,
-)
+from atlas.api import paging, strict
+from atlas.api import representations as r
+from atlas.api.branch import store_for
+from atlas.api.idempotency import idempotent
+from atlas.api.keyset import MSG_OTHER_LISTING, page_of, refuse_token
+from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PROBLEM
+from atlas.api.parsers import read_limited
+from atlas.api.render import rfc3339
+from atlas.exceptions import NotFound, UnsupportedMediaType
+from changesets import ndjson
+from changesets.api import serializers as s
+from changesets.api.filters import ChangesetFilter, filter_digest
 from changesets.chain import GENESIS
-from changesets.models import Changeset, LogHead, Rpc
+from changesets.models import Changeset
 from changesets.selectors.log import (
     changeset_get,
     changeset_list,
     changeset_ops,
     changeset_revisions,
     first_ops,
+    log_head,
+    sees_every_namespace,
     visible_op_counts,
 )
+from changesets.services.interchange import changeset_import
+from changesets.services.revert import changeset_revert, revert_target
 from entities import access
-from entities import validation as v
-from entities.api.views import NAMESPACE_SCHEMA
 
-PROBLEM = OpenApiTypes.OBJECT
-_FILTERS = ("branch", "namespace", "author", "rpc", "since", "until")
 # API.md "Decisions for the added sections": a list page embeds at most this
 # many ops per changeset; one changeset pages its ops, this many by default.
 LIST_OPS = 100
@@ -48,137 +61,106 @@ _PAGE_PARAMS = [
     OpenApiParameter("page_size", OpenApiTypes.INT),
     OpenApiParameter("page_token", OpenApiTypes.STR),
 ]
+_WRITE_PROBLEMS = {code: PROBLEM for code in (400, 403, 404, 409, 413, 415, 422)}
 
 
-def _timestamp(request: Request, name: str, errors: list[dict[str, str]]) -> datetime | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    value = parse_rfc3339(raw)
-    if value is None:
-        errors.append(
-            {"pointer": f"/{name}", "detail": "Must be an RFC 3339 timestamp with offset."}
-        )
-        return None
-    return value
+class NdjsonParser(BaseParser):
+    """Hands the raw body (size-limited) to the view; parsing is the service's, strict."""
+
+    media_type = ndjson.MEDIA_TYPE
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> bytes:
+        return read_limited(stream, parser_context)
 
 
-def get_visible_changeset(request: Request, changeset_id: str) -> Changeset:
-    """The changeset, or 404 when it does not exist or has no op the caller can read."""
-    try:
-        uuid.UUID(changeset_id)
-    except ValueError as exc:
-        raise NotFound("No such changeset.") from exc
-    changeset = changeset_get(
-        changeset_id=changeset_id, namespaces=access.readable_namespaces(request.user)
-    )
-    if changeset is None:
-        raise NotFound("No such changeset.")
-    return changeset
+class _ChangesetSchema(AutoSchema):
+    """The import file is the request: an absent body is refused (415 without a
+    Content-Type, 400 for an empty file), so the document marks that body required."""
+
+    def _get_request_body(self, direction: str = "request") -> dict[str, Any] | None:
+        body = super()._get_request_body(direction)
+        if body and getattr(self.view, "action", None) == "import_file":
+            body["required"] = True
+        return body
 
 
-def _after_revision(request: Request, scope: str, changeset: Changeset) -> int | None:
-    """The revision id a ``page_token`` of this changeset's ``scope`` listing resumes after."""
-    position = paging.page_position(scope, request)
-    if position is None:
-        return None
-    after = position.get("i")
-    if position.get("c") != str(changeset.id) or type(after) is not int:
-        raise BadRequest("The page token belongs to another listing.", pointer="/page_token")
-    return after
+def _revision_position(changeset: Changeset) -> Any:
+    """Reads a ``{"c": changeset id, "i": revision id}`` token of this changeset."""
+
+    def resume(position: dict[str, Any]) -> int:
+        after = position.get("i")
+        if position.get("c") != str(changeset.id) or type(after) is not int:
+            raise refuse_token(MSG_OTHER_LISTING)
+        return after
+
+    return resume
 
 
-def _next_token(request: Request, scope: str, changeset: Changeset, last_id: int) -> str:
-    return paging.encode_token(scope, request, {"c": str(changeset.id), "i": last_id})
+def _revision_key(changeset: Changeset) -> Any:
+    return lambda row: {"c": str(changeset.id), "i": row.id}
 
 
-class ChangesetListView(APIView):
+# The log: list and read changesets; revert one, or move it between servers as NDJSON.
+# (No class docstring: drf-spectacular would make it every operation's description.)
+class ChangesetViewSet(viewsets.ViewSet):
+    lookup_url_kwarg = "changeset_id"
+    lookup_value_converter = "str"
+    schema = _ChangesetSchema()
+
+    def get_object(self) -> Changeset:
+        """The changeset, or 404 when it does not exist or has no op the caller can read."""
+        changeset_id = self.kwargs[self.lookup_url_kwarg]
+        try:
+            uuid.UUID(changeset_id)
+        except ValueError as exc:
+            raise NotFound("No such changeset.") from exc
+        namespaces = access.readable_namespaces(self.request.user)
+        changeset = changeset_get(changeset_id=changeset_id, namespaces=namespaces)
+        if changeset is None:
+            raise NotFound("No such changeset.")
+        return changeset
+
     @extend_schema(
         operation_id="changesets_list",
         summary="Changesets, newest first",
-        parameters=[
-            OpenApiParameter(
-                "branch",
-                {"type": "string", "pattern": r"^[^\x00]*$"},
-                description="Absent = all visible; present = that branch; empty = baseline.",
-            ),
-            OpenApiParameter("namespace", NAMESPACE_SCHEMA),
-            OpenApiParameter("author", {"type": "string", "pattern": r"^[^\x00]*$"}),
-            OpenApiParameter("rpc", OpenApiTypes.STR, enum=[r.value for r in Rpc]),
-            OpenApiParameter("since", OpenApiTypes.DATETIME, description="at >= since"),
-            OpenApiParameter(
-                "until", OpenApiTypes.DATETIME, description="at <= until (its whole millisecond)"
-            ),
-            *_PAGE_PARAMS,
-        ],
-        responses={200: ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},
+        parameters=[ChangesetFilter, *_PAGE_PARAMS],
+        responses={200: r.ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
-    def get(self, request: Request) -> Response:
-        params = request.query_params
-        paging.check_known_params(request, {*_FILTERS, "page_size", "page_token"})
-        errors: list[dict[str, str]] = []
-        branch = params.get("branch")  # None = all; "" = baseline
-        namespace = params.get("namespace") or None
-        if namespace is not None and not v.is_valid_namespace(namespace):
-            errors.append({"pointer": "/namespace", "detail": v.MSG_NAMESPACE})
-        rpc = params.get("rpc") or None
-        if rpc is not None and rpc not in Rpc.values:
-            errors.append({"pointer": "/rpc", "detail": f"One of {', '.join(Rpc.values)}."})
-        for name in ("author", "branch"):
-            if "\x00" in (params.get(name) or ""):
-                errors.append({"pointer": f"/{name}", "detail": "May not contain U+0000."})
-        since = _timestamp(request, "since", errors)
-        until = _timestamp(request, "until", errors)
-        if errors:
-            raise ValidationFailed(errors[0]["detail"], pointer=errors[0]["pointer"], errors=errors)
-        limit = paging.page_size(request)
-        digest = hashlib.sha256(repr([params.get(f) for f in _FILTERS]).encode()).hexdigest()[:16]
-        position = paging.page_position("changesets", request)
-        before_seq = None
-        if position is not None:
+    def list(self, request: Request) -> Response:
+        paging.check_known_params(request, {*ChangesetFilter.NAMES, "page_size", "page_token"})
+        filters = strict.validated(ChangesetFilter, request.query_params)
+        digest = filter_digest(request)
+        namespaces = access.readable_namespaces(request.user)
+
+        def resume(position: dict[str, Any]) -> int:
             before_seq = position.get("s")
             if position.get("f") != digest or not isinstance(before_seq, int):
-                raise BadRequest(
-                    "The page token belongs to another listing.", pointer="/page_token"
-                )
-        namespaces = access.readable_namespaces(request.user)
-        rows = changeset_list(
-            namespaces=namespaces,
-            branch=branch,
-            namespace=namespace,
-            author=params.get("author") or None,
-            rpc=rpc,
-            since=since,
-            until=until,
-            before_seq=before_seq,
-            limit=limit + 1,
+                raise refuse_token(MSG_OTHER_LISTING)
+            return before_seq
+
+        page = page_of(
+            lambda before_seq, limit: changeset_list(
+                namespaces=namespaces, before_seq=before_seq, limit=limit, **filters
+            ),
+            lambda row: {"s": row.seq, "f": digest},
+            request,
+            scope="changesets",
+            resume=resume,
         )
-        next_token = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            next_token = paging.encode_token(
-                "changesets", request, {"s": rows[-1].seq, "f": digest}
+        counts = visible_op_counts(changesets=page.rows, namespaces=namespaces)
+        ops = first_ops(changesets=page.rows, namespaces=namespaces, limit=LIST_OPS)
+        results = [
+            r.changeset_repr(
+                c,
+                ops[c.id],
+                namespaces=namespaces,
+                op_count_visible=counts[c.id],
+                ops_truncated=counts[c.id] > len(ops[c.id]),
             )
-        counts = visible_op_counts(changesets=rows, namespaces=namespaces)
-        ops = first_ops(changesets=rows, namespaces=namespaces, limit=LIST_OPS)
-        return Response(
-            {
-                "results": [
-                    changeset_repr(
-                        c,
-                        ops[c.id],
-                        namespaces=namespaces,
-                        op_count_visible=counts[c.id],
-                        ops_truncated=counts[c.id] > len(ops[c.id]),
-                    )
-                    for c in rows
-                ],
-                "next_page_token": next_token,
-            }
-        )
+            for c in page.rows
+        ]
+        return Response({"results": results, "next_page_token": page.next_token})
 
-
-class ChangesetDetailView(APIView):
     @extend_schema(
         operation_id="changesets_get",
         summary="One changeset, with one page of the ops you can read",
@@ -193,66 +175,152 @@ class ChangesetDetailView(APIView):
                 "page_token", OpenApiTypes.STR, description="ops_next_page_token of a page"
             ),
         ],
-        responses={200: ChangesetDetailSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={200: r.ChangesetDetailSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
-    def get(self, request: Request, changeset_id: str) -> Response:
+    def retrieve(self, request: Request, changeset_id: str) -> Response:
         paging.check_known_params(request, {"page_size", "page_token"})
-        limit = paging.int_param(
+        size = paging.int_param(
             request, "page_size", default=DEFAULT_OPS_PAGE_SIZE, maximum=paging.MAX_PAGE_SIZE
         )
-        changeset = get_visible_changeset(request, changeset_id)
-        after = _after_revision(request, "changeset-ops", changeset)
+        changeset = self.get_object()
         namespaces = access.readable_namespaces(request.user)
-        ops = changeset_ops(
-            changeset=changeset, namespaces=namespaces, after_id=after, limit=limit + 1
+        page = page_of(
+            lambda after, limit: changeset_ops(
+                changeset=changeset, namespaces=namespaces, after_id=after, limit=limit
+            ),
+            _revision_key(changeset),
+            request,
+            scope="changeset-ops",
+            resume=_revision_position(changeset),
+            size=size,
         )
-        next_token = None
-        if len(ops) > limit:
-            ops = ops[:limit]
-            next_token = _next_token(request, "changeset-ops", changeset, ops[-1].id)
         count = visible_op_counts(changesets=[changeset], namespaces=namespaces)[changeset.id]
         return Response(
-            changeset_repr(
+            r.changeset_repr(
                 changeset,
-                ops,
+                page.rows,
                 namespaces=namespaces,
                 op_count_visible=count,
-                ops_next_page_token=next_token,
+                ops_next_page_token=page.next_token,
             )
         )
 
-
-class ChangesetRevisionsView(APIView):
     @extend_schema(
         operation_id="changesets_revisions",
         summary="A changeset's revision rows (before and after images), in op order, paged",
         parameters=_PAGE_PARAMS,
-        responses={200: RevisionPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={200: r.RevisionPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
-    def get(self, request: Request, changeset_id: str) -> Response:
+    @action(detail=True, methods=["get"])
+    def revisions(self, request: Request, changeset_id: str) -> Response:
         paging.check_known_params(request, {"page_size", "page_token"})
-        limit = paging.page_size(request)
-        changeset = get_visible_changeset(request, changeset_id)
-        after = _after_revision(request, "changeset-revisions", changeset)
-        rows = changeset_revisions(
+        size = paging.page_size(request)
+        changeset = self.get_object()
+        namespaces = access.readable_namespaces(request.user)
+        page = page_of(
+            lambda after, limit: changeset_revisions(
+                changeset=changeset, namespaces=namespaces, after_id=after, limit=limit
+            ),
+            _revision_key(changeset),
+            request,
+            scope="changeset-revisions",
+            resume=_revision_position(changeset),
+            size=size,
+        )
+        results = [r.revision_repr(r, changeset) for r in page.rows]
+        return Response({"results": results, "next_page_token": page.next_token})
+
+    @extend_schema(
+        operation_id="changesets_revert",
+        summary="Undo a changeset as a new changeset",
+        request=s.RevertBodySerializer,
+        parameters=[BRANCH_PARAM, IDEMPOTENCY_PARAM],
+        responses={200: s.ChangesetActionResponseSerializer, **_WRITE_PROBLEMS},
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def revert(self, request: Request, changeset_id: str) -> Response:
+        # Before the body is read: a hidden op must not make a 422 where a missing
+        # changeset is 404. The row found here is the one the service reverts.
+        changeset = revert_target(actor=request.user, changeset_id=changeset_id)
+        store = store_for(request)
+        body = strict.validated(s.RevertBodySerializer, request.data)
+        result = changeset_revert(
+            store=store,
+            actor=request.user,
             changeset=changeset,
-            namespaces=access.readable_namespaces(request.user),
-            after_id=after,
-            limit=limit + 1,
+            dry_run=body["dry_run"],
+            comment=body.get("comment", ""),
         )
-        next_token = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            next_token = _next_token(request, "changeset-revisions", changeset, rows[-1].id)
-        return Response(
-            {
-                "results": [revision_repr(r, changeset) for r in rows],
-                "next_page_token": next_token,
-            }
+        return self._planned(request, result, body["dry_run"])
+
+    @extend_schema(
+        operation_id="changesets_export",
+        summary="The changeset as NDJSON (envelope line, then one line per op)",
+        responses={
+            (200, ndjson.MEDIA_TYPE): OpenApiResponse(OpenApiTypes.STR),
+            404: PROBLEM,
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, changeset_id: str) -> StreamingHttpResponse:
+        changeset = self.get_object()
+        namespaces = access.readable_namespaces(request.user)
+        revisions = changeset_revisions(changeset=changeset, namespaces=namespaces)
+        response = StreamingHttpResponse(
+            ndjson.export_lines(
+                changeset, revisions, sees_all=sees_every_namespace(changeset, namespaces)
+            ),
+            content_type=ndjson.MEDIA_TYPE,
         )
+        response["Content-Disposition"] = f'attachment; filename="changeset-{changeset.id}.ndjson"'
+        return response
+
+    @extend_schema(
+        operation_id="changesets_import",
+        summary="Apply an exported changeset file as one new changeset",
+        request={ndjson.MEDIA_TYPE: OpenApiTypes.STR},
+        parameters=[s.ImportQuerySerializer, BRANCH_PARAM, IDEMPOTENCY_PARAM],
+        responses={200: s.ChangesetActionResponseSerializer, **_WRITE_PROBLEMS},
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import",
+        url_name="import",
+        parser_classes=[NdjsonParser],
+    )
+    @idempotent
+    def import_file(self, request: Request) -> Response:
+        dry_run = strict.validated(s.ImportQuerySerializer, request.query_params).get(
+            "dry_run", False
+        )
+        if request.content_type.split(";")[0].strip() != ndjson.MEDIA_TYPE:
+            raise UnsupportedMediaType(f"Send the file as {ndjson.MEDIA_TYPE}.")
+        store = store_for(request)
+        # An empty body never reaches the parser: DRF hands the view an empty dict.
+        body = request.data if isinstance(request.data, bytes | str) else b""
+        document = ndjson.parse(body)
+        result = changeset_import(
+            store=store, actor=request.user, document=document, dry_run=dry_run
+        )
+        return self._planned(request, result, dry_run)
+
+    def _planned(self, request: Request, result: Any, dry_run: bool) -> Response:
+        """The answer of a planned write; its changeset as the caller sees it
+        (the caller wrote every op, so in practice all of it)."""
+        namespaces = access.readable_namespaces(request.user)
+        changeset = result.changeset
+        rendered = (
+            r.changeset_repr(changeset, result.applied.revisions, namespaces=namespaces)
+            if changeset
+            else None
+        )
+        return Response({"changeset": rendered, "ops": result.ops, "dry_run": dry_run})
 
 
-class LogHeadView(APIView):
+# The log as a whole; ``head`` anchors it elsewhere (``GET /log/head``).
+class LogViewSet(viewsets.ViewSet):
     permission_classes = [IsAuthenticated]  # API.md: any authenticated user, nobody else
 
     @extend_schema(
@@ -269,8 +337,9 @@ class LogHeadView(APIView):
             )
         },
     )
-    def get(self, request: Request) -> Response:
-        head = LogHead.objects.filter(pk=1).first()
+    @action(detail=False, methods=["get"])
+    def head(self, request: Request) -> Response:
+        head = log_head()
         return Response(
             {
                 "seq": head.seq if head else 0,

@@ -242,3 +242,18 @@ def effective_namespaces(
         return list(requested)
     allowed = set(readable)
     return [ns for ns in requested if ns in allowed]
+
+
+def visible_watermark(mark: dict[str, Any], readable: Sequence[str] | None) -> dict[str, Any]:
+    """``mark`` (:func:`watermark`) as a reader of ``readable`` (None = all) may see it.
+
+    ``seq`` and ``at`` stay global (the log's position, public at /log/head);
+    the id of a changeset the reader cannot see is not shown (not visible =
+    not there), whatever the page's namespace filter.
+    """
+    if not mark["changeset_id"] or readable is None:
+        return mark
+    seen = Changeset.objects.filter(pk=mark["changeset_id"], namespaces__overlap=list(readable))
+    if readable and seen.exists():
+        return mark
+    return {**mark, "changeset_id": None}

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 
-from changesets.models import BASELINE, Changeset, Revision
+from changesets.models import BASELINE, Changeset, LogHead, Revision
 from entities.store import EntityKey
 
 # Revision columns a changeset's op list needs; the JSON images stay unread.
@@ -230,3 +230,8 @@ def changeset_revisions(
         qs = qs.filter(id__gt=after_id)
     qs = qs.order_by("id")
     return list(qs if limit is None else qs[:limit])
+
+
+def log_head() -> LogHead | None:
+    """The log head row (None before the first write): ``GET /log/head`` shows it."""
+    return LogHead.objects.filter(pk=1).first()

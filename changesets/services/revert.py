@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,11 +35,32 @@ def _last_writer(key: EntityKey, store: EntityStore) -> str | None:
     return str(newest) if newest else None
 
 
+def revert_target(*, actor: AbstractBaseUser, changeset_id: str) -> Changeset:
+    """The changeset ``actor`` may revert, or :class:`NotFound` exactly like a missing one.
+
+    Part of it invisible to the caller: they cannot undo what they cannot see,
+    and a 403 would confirm ops they may not know of (API.md "Limits and
+    visibility"). Decided on the row's namespaces, before a revision is read.
+    The API calls this before reading the body (a 422 for a bad body must not
+    tell a hidden changeset from a missing one), then hands the row to
+    :func:`changeset_revert`, so a revert loads it once.
+    """
+    try:
+        uuid.UUID(str(changeset_id))
+    except ValueError as exc:
+        raise NotFound("No such changeset.") from exc
+    changeset = Changeset.objects.filter(pk=changeset_id).first()
+    if changeset is None or any(not access.can_read(actor, ns) for ns in changeset.namespaces):
+        raise NotFound("No such changeset.")
+    return changeset
+
+
 def changeset_revert(
     *,
     store: EntityStore,
     actor: AbstractBaseUser,
-    changeset_id: str,
+    changeset_id: str | None = None,
+    changeset: Changeset | None = None,
     dry_run: bool = False,
     comment: str = "",
 ) -> PlannedResult:
@@ -53,16 +75,13 @@ def changeset_revert(
     3. Ops unwind newest first: ``before`` present → put it back; ``before``
        null (the changeset created it) → delete.
 
-    A changeset with an op in a namespace the actor cannot read is
+    Name it by ``changeset_id``, or pass the row :func:`revert_target` gave
+    (``changeset``); one with an op in a namespace the actor cannot read is
     :class:`NotFound`, exactly like a missing one. The inverse is held to
     ``ATLAS_MAX_BATCH_OPS`` ops like any write (``check_op_limit``).
     """
-    changeset = Changeset.objects.filter(pk=changeset_id).first()
-    if changeset is None or any(not access.can_read(actor, ns) for ns in changeset.namespaces):
-        # Part of it is invisible to the caller: they cannot undo what they cannot
-        # see, and a 403 would confirm ops they may not know of (API.md "Limits and
-        # visibility"). Decided on the row's namespaces, before a revision is read.
-        raise NotFound("No such changeset.")
+    if changeset is None:
+        changeset = revert_target(actor=actor, changeset_id=str(changeset_id))
     revisions = list(Revision.objects.filter(changeset=changeset).order_by("-id"))
     keys = [_key(r) for r in revisions]
 

@@ -14,8 +14,8 @@ from rest_framework.response import Response
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
 from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PROBLEM
+from atlas.api.representations import ChangesetSerializer
 from atlas.api.viewsets import ViewSet
-from changesets.api.serializers import ChangesetSerializer
 from changesets.models import Rpc
 from changesets.services.apply import changeset_apply
 from changesets.services.delete_by_query import entities_delete_by_query

@@ -12,45 +12,18 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from atlas.api.conditional import etag
 from atlas.api.inputs import (
-    MAX_COMMENT_LENGTH,
-    NO_NUL,
     BodySerializer,
     ContentField,
-    Errors,
     PrefixField,
     StrictBooleanField,
-    check_bool,
-    check_comment,
-    check_fields,
     comment_field,
     is_empty_body,
     kind_field,
     namespace_field,
-    require_object,
-    slug_field,
 )
 from atlas.api.render import rfc3339
 from entities.store import StoredEntity
-
-# Moved to atlas.api (issue 14); re-exported here only until changesets.api and
-# branches.api import them from atlas.api.inputs / atlas.api.conditional.
-__all__ = [
-    "MAX_COMMENT_LENGTH",
-    "NO_NUL",
-    "Errors",
-    "check_bool",
-    "check_comment",
-    "check_fields",
-    "comment_field",
-    "etag",
-    "is_empty_body",
-    "kind_field",
-    "namespace_field",
-    "require_object",
-    "slug_field",
-]
 
 
 def entity_repr(entity: StoredEntity) -> dict[str, Any]:

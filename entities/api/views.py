@@ -42,14 +42,14 @@ from atlas.api.openapi import (
     PROBLEM,
 )
 from atlas.api.render import parse_rfc3339, rfc3339
-from atlas.api.viewsets import ViewSet
-from atlas.exceptions import NotFound, ValidationFailed
-from changesets.api.serializers import (
+from atlas.api.representations import (
     ChangesetSerializer,
     RevisionPageSerializer,
     changeset_repr,
     revision_repr,
 )
+from atlas.api.viewsets import ViewSet
+from atlas.exceptions import NotFound, ValidationFailed
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.selectors import asof
@@ -59,10 +59,6 @@ from entities import access
 from entities import validation as v
 from entities.api import serializers as s
 from entities.store import EntityKey, EntityStore
-
-# Moved to atlas.api.openapi (issue 14); re-exported here only until
-# changesets.api imports them from there.
-__all__ = ["BRANCH_PARAM", "IDEMPOTENCY_PARAM", "NAMESPACE_SCHEMA", "PAGE_PARAMS"]
 
 WRITE_STATUSES = ["created", "updated", "deleted", "unchanged"]
 WRITE_ERRORS = (400, 403, 404, 409, 412, 413, 415, 422)

@@ -1,0 +1,176 @@
+"""How a changeset and a revision look to a reader, for every API that shows one.
+
+Entity writes, batch, branches and the changeset endpoints all answer with a
+changeset, so its representation lives on the ground floor rather than in one
+app's API (which the others would then import). ``changeset_repr`` applies the
+per-reader rules of API.md: ``op_count_visible`` always; ``op_count``,
+``message`` and ``comment`` only for readers of every namespace it touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+
+from atlas.api.render import rfc3339
+from changesets.models import Changeset, Revision
+from changesets.selectors.log import sees_every_namespace
+
+
+def op_repr(revision: Revision) -> dict[str, Any]:
+    return {
+        "namespace": revision.namespace,
+        "kind": revision.kind,
+        "slug": revision.slug,
+        "op": revision.op,
+        "before_version": revision.before_version,
+        "after_version": revision.after_version,
+    }
+
+
+def changeset_repr(
+    changeset: Changeset,
+    ops: Iterable[Revision],
+    *,
+    namespaces: Sequence[str] | None = None,
+    op_count_visible: int | None = None,
+    **paging: Any,
+) -> dict[str, Any]:
+    """A changeset as ``namespaces`` (what the caller may read; None = all) sees it.
+
+    ``ops`` are filtered to those namespaces here too, so a write response may
+    pass every revision. ``op_count_visible`` defaults to the number of ops
+    given after that filter: pass it when ``ops`` is one page of them.
+    ``op_count``, ``message`` and ``comment`` are absent, not null, for a
+    caller who cannot read every namespace the changeset touched (API.md
+    "Limits and visibility"). ``paging`` adds ``ops_truncated`` (lists) or
+    ``ops_next_page_token`` (one changeset) at the end.
+    """
+    sees_all = sees_every_namespace(changeset, namespaces)
+    if namespaces is not None and not sees_all:
+        readable = set(namespaces)
+        ops = [r for r in ops if r.namespace in readable]
+    rendered = [op_repr(r) for r in ops]
+    body: dict[str, Any] = {
+        "id": str(changeset.id),
+        "seq": changeset.seq,
+        "author": changeset.author_name,
+        "at": rfc3339(changeset.at),
+    }
+    if sees_all:
+        body["message"] = changeset.message
+        body["comment"] = changeset.comment
+    body["branch"] = changeset.branch
+    body["rpc"] = changeset.rpc
+    if sees_all:
+        body["op_count"] = changeset.op_count
+    if op_count_visible is None:
+        op_count_visible = changeset.op_count if sees_all else len(rendered)
+    body["op_count_visible"] = op_count_visible
+    body["ops"] = rendered
+    body.update(paging)
+    return body
+
+
+def revision_repr(revision: Revision, changeset: Changeset | None = None) -> dict[str, Any]:
+    changeset = changeset or revision.changeset
+    return {
+        "changeset_id": str(changeset.id),
+        "seq": revision.seq,
+        "author": changeset.author_name,
+        "at": rfc3339(changeset.at),
+        "rpc": changeset.rpc,
+        "branch": revision.branch,
+        "namespace": revision.namespace,
+        "kind": revision.kind,
+        "slug": revision.slug,
+        "op": revision.op,
+        "before_version": revision.before_version,
+        "after_version": revision.after_version,
+        "before": revision.before,
+        "after": revision.after,
+    }
+
+
+# --- schema descriptions -------------------------------------------------------
+
+
+class ChangesetOpSerializer(serializers.Serializer):
+    namespace = serializers.CharField()
+    kind = serializers.CharField()
+    slug = serializers.CharField()
+    op = serializers.ChoiceField(choices=["create", "update", "delete"])
+    before_version = serializers.IntegerField(allow_null=True)
+    after_version = serializers.IntegerField(allow_null=True)
+
+
+class ChangesetSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    seq = serializers.IntegerField()
+    author = serializers.CharField()
+    at = serializers.DateTimeField()
+    message = serializers.CharField(
+        required=False, help_text="Absent unless you can read every namespace it touched"
+    )
+    comment = serializers.CharField(
+        allow_blank=True,
+        required=False,
+        help_text="Absent unless you can read every namespace it touched",
+    )
+    branch = serializers.CharField(allow_blank=True, help_text='"" is baseline')
+    rpc = serializers.CharField()
+    op_count = serializers.IntegerField(
+        required=False,
+        help_text="All ops; absent unless you can read every namespace it touched",
+    )
+    op_count_visible = serializers.IntegerField(help_text="Ops in namespaces you can read")
+    ops = ChangesetOpSerializer(many=True, help_text="Only ops in namespaces you can read")
+
+
+class ChangesetListItemSerializer(ChangesetSerializer):
+    ops = ChangesetOpSerializer(
+        many=True, help_text="The first 100 ops in namespaces you can read, in op order"
+    )
+    ops_truncated = serializers.BooleanField(help_text="True when ops were cut at 100")
+
+
+class ChangesetDetailSerializer(ChangesetSerializer):
+    ops = ChangesetOpSerializer(
+        many=True, help_text="One page (page_size, default 100) of the ops you can read"
+    )
+    ops_next_page_token = serializers.CharField(
+        allow_null=True, help_text="page_token for the next page of ops; null when complete"
+    )
+
+
+class RevisionSerializer(serializers.Serializer):
+    changeset_id = serializers.UUIDField()
+    seq = serializers.IntegerField()
+    author = serializers.CharField()
+    at = serializers.DateTimeField()
+    rpc = serializers.CharField()
+    branch = serializers.CharField(allow_blank=True)
+    namespace = serializers.CharField()
+    kind = serializers.CharField()
+    slug = serializers.CharField()
+    op = serializers.ChoiceField(choices=["create", "update", "delete"])
+    before_version = serializers.IntegerField(allow_null=True)
+    after_version = serializers.IntegerField(allow_null=True)
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+
+
+# A page is one object, also where a viewset's ``list`` answers it (many=False keeps
+# drf-spectacular from describing it as an array of pages).
+@extend_schema_serializer(many=False)
+class ChangesetPageSerializer(serializers.Serializer):
+    results = ChangesetListItemSerializer(many=True)
+    next_page_token = serializers.CharField(allow_null=True)
+
+
+class RevisionPageSerializer(serializers.Serializer):
+    results = RevisionSerializer(many=True)
+    next_page_token = serializers.CharField(allow_null=True)
