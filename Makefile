@@ -17,14 +17,14 @@ ENSURE_DB = @if [ -z "$$DATABASE_URL" ]; then \
 
 help:
 	@echo "make run       virtualenv, database, migrate, demo user, then web (gunicorn) + worker"
-	@echo "make test      ruff check, then pytest (pass options in PYTEST_ARGS=...)"
+	@echo "make test      make lint, then pytest (pass options in PYTEST_ARGS=...)"
 	@echo "make stress    the reliability harnesses at full size (~30 min; docs/reliability.md)"
-	@echo "make lint      ruff check and ruff format --check"
+	@echo "make lint      ruff check, ruff format --check, lint-imports (.importlinter), mypy"
 	@echo "make fmt       ruff format and ruff check --fix"
 	@echo "make migrate   apply migrations"
 	@echo "make db-start  start the embedded PostgreSQL (.atlas/pgdata); db-stop stops it"
 	@echo "make worker    a Celery worker with embedded beat, alone"
-	@echo "make venv      create $(VENV) and install requirements.txt"
+	@echo "make venv      create $(VENV) and install requirements-dev.txt (runtime + tools)"
 	@echo "make clean     remove caches and collected static files (keeps $(VENV) and data)"
 	@echo "make browser   install Debian's chromium for the e2e admin tests (as root; never fails)"
 	@echo "make bench     benchmarks vs the peers (installs bench/requirements.txt; ~30 min)"
@@ -37,9 +37,10 @@ $(PY):
 		{ echo "Atlas needs Python >= 3.11; set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-# Re-install only when requirements.txt is newer than the last install.
-$(STAMP): requirements.txt | $(PY)
-	$(PY) -m pip install --disable-pip-version-check -r requirements.txt
+# Re-install only when either list is newer than the last install. requirements-dev.txt
+# includes requirements.txt (the runtime list, all the Docker image installs).
+$(STAMP): requirements.txt requirements-dev.txt | $(PY)
+	$(PY) -m pip install --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
 run: venv
@@ -65,8 +66,7 @@ browser:
 		echo "!!! (install Debian's chromium package to run them) !!!"; \
 	fi
 
-test: venv browser
-	$(VENV)/bin/ruff check .
+test: lint browser
 	$(ENSURE_DB)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -77,9 +77,13 @@ stress: venv
 	ATLAS_STRESS=1 $(PY) -m pytest tests/reliability -m "not e2e" \
 		-rA --durations=0 $(PYTEST_ARGS)
 
+# mypy's Django plugin imports atlas.settings; a DATABASE_URL placeholder keeps that from
+# starting the embedded PostgreSQL (nothing connects to it: the plugin reads settings only).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	DATABASE_URL=postgres://unused@localhost/unused $(VENV)/bin/mypy
 
 fmt: venv
 	$(VENV)/bin/ruff format .
@@ -121,4 +125,4 @@ bench-smoke: venv $(BENCH_STAMP)
 
 clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
-	rm -rf .pytest_cache .ruff_cache .mypy_cache .coverage htmlcov .atlas/static
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .import_linter_cache .coverage htmlcov .atlas/static

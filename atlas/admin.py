@@ -51,11 +51,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.is_superuser
 
-    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
         if obj is None:  # the add page
             kwargs["form"] = ApiTokenAddForm
             kwargs["fields"] = ApiTokenAddForm.Meta.fields
-        return super().get_form(request, obj, **kwargs)
+        return super().get_form(request, obj, change=change, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return ApiTokenAddForm.Meta.fields if obj is None else self.fields

@@ -35,8 +35,9 @@ class _PreparingCursor(ServerBindingCursor):
     and never prepare, whatever the threshold.
     """
 
-    def execute(self, query: Any, params: Any = None, *, prepare: bool = True, **kw: Any):
-        return super().execute(query, params, prepare=prepare, **kw)
+    def execute(self, query: Any, params: Any = None, *, prepare: bool = True, **kw: Any) -> Any:
+        # django-stubs types ServerBindingCursor without its psycopg base (psycopg.Cursor).
+        return super().execute(query, params, prepare=prepare, **kw)  # type: ignore[misc]
 
 
 class _DebugWrapper(CursorDebugWrapper):
@@ -82,5 +83,6 @@ def prepared_cursor() -> CursorWrapper:
     raw = db.connection
     cursor = db.__dict__.get(_CURSOR_ATTR)
     if cursor is None or cursor.closed or cursor.connection is not raw:
-        cursor = db.__dict__[_CURSOR_ATTR] = _PreparingCursor(raw)
+        # psycopg.Cursor(connection): the stubs know no base (see _PreparingCursor).
+        cursor = db.__dict__[_CURSOR_ATTR] = _PreparingCursor(raw)  # type: ignore[call-arg]
     return (_KeptDebugCursor if db.queries_logged else _KeptCursor)(cursor, db)

@@ -9,7 +9,8 @@ anonymous → 401, anyone else → 403 (API.md, "Limits and visibility").
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
@@ -20,7 +21,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
@@ -44,7 +47,11 @@ def broker_status(timeout: float = BROKER_TIMEOUT_SECONDS) -> str:
             transport_options=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {},
         ) as conn:
             conn.ensure_connection(
-                max_retries=1, interval_start=0, interval_step=0, interval_max=0, timeout=timeout
+                max_retries=1,
+                interval_start=0,
+                interval_step=0,
+                interval_max=0,
+                timeout=timeout,  # type: ignore[arg-type]  # kombu takes float seconds
             )
         return "ok"
     except Exception as exc:  # noqa: BLE001 - any failure means "unreachable"
@@ -110,19 +117,24 @@ class CanReadMetrics(BasePermission):
 class FirstRendererNegotiation(BaseContentNegotiation):
     """Prometheus asks for its own media types; the answer is text whatever it asks."""
 
-    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
-        return parsers[0] if parsers else None
+    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser | None:
+        listed = list(parsers)  # DRF passes the view's list
+        return listed[0] if listed else None
 
-    def select_renderer(self, request: Request, renderers: list[Any], format_suffix: Any = None):
-        return renderers[0], renderers[0].media_type
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        first = list(renderers)[0]
+        return first, first.media_type
 
 
 class MetricsView(APIView):
     """Prometheus text: database-derived totals plus this process's (or all processes') own."""
 
+    # api_settings resolves the dotted paths to classes; the stubs type them as str.
     authentication_classes = [
         MetricsBearerAuthentication,
-        *api_settings.DEFAULT_AUTHENTICATION_CLASSES,
+        *cast("list[type[BaseAuthentication]]", api_settings.DEFAULT_AUTHENTICATION_CLASSES),
     ]
     permission_classes = [CanReadMetrics]
     content_negotiation_class = FirstRendererNegotiation

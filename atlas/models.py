@@ -57,6 +57,8 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=16)
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The key, on the instance the admin's add page shows it from once; never a column.
+    _key: str
 
     class Meta:
         verbose_name = "API token"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from atlas.exceptions import ValidationFailed
@@ -14,9 +14,7 @@ MSG_TOKEN_KEY_INVALID = "A token key is 32 to 200 printable characters without s
 
 
 @transaction.atomic
-def api_token_create(
-    *, user: AbstractBaseUser, name: str = "", key: str | None = None
-) -> tuple[ApiToken, str]:
+def api_token_create(*, user: User, name: str = "", key: str | None = None) -> tuple[ApiToken, str]:
     """Make an API token for ``user``; returns it and its key, which is never stored.
 
     The caller shows the key once (``manage.py create_token``, the admin's

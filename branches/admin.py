@@ -24,6 +24,7 @@ from atlas.admin_mixins import (
     NamespaceScopedAdmin,
     ReadOnlyAdmin,
     admin_roles,
+    admin_user,
 )
 from branches.models import Branch, BranchEntity, BranchMember
 from branches.selectors import branch_diff, member_names
@@ -75,11 +76,10 @@ class BranchAdmin(ReadOnlyAdmin):
         readable = admin_roles(request).readable()
         if readable is None:
             return qs
-        memberships = BranchMember.objects.filter(user_id=request.user.pk).values("branch_id")
+        user_id = admin_user(request).pk
+        memberships = BranchMember.objects.filter(user_id=user_id).values("branch_id")
         return qs.filter(
-            Q(created_by_id=request.user.pk)
-            | Q(namespaces__overlap=readable)
-            | Q(pk__in=memberships)
+            Q(created_by_id=user_id) | Q(namespaces__overlap=readable) | Q(pk__in=memberships)
         )
 
     def get_list_display(self, request: HttpRequest) -> Any:

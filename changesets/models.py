@@ -43,12 +43,12 @@ class AppendOnlyModel(models.Model):
     class Meta:
         abstract = True
 
-    def save(self, *args, **kwargs) -> None:  # type: ignore[override]
+    def save(self, *args, **kwargs) -> None:
         if not self._state.adding:
             raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
         super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):  # type: ignore[override]
+    def delete(self, *args, **kwargs):
         raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
 
 

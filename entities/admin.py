@@ -10,7 +10,7 @@ from ``changesets`` (the app dependency runs entities <- changesets).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -19,7 +19,7 @@ from django.contrib.auth.models import Group
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import NoReverseMatch, path, reverse
@@ -74,9 +74,10 @@ class RoleForm(forms.Form):
     )
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = cast("dict[str, Any]", super().clean())  # Form.clean returns cleaned_data
         kind, name = data.get("principal_type"), data.get("principal")
         if kind and name:
+            found: Model | None
             if kind == "user":
                 found = get_user_model().objects.filter(username=name).first()
             else:
@@ -286,7 +287,9 @@ class EntityAdmin(NamespaceScopedAdmin):
     def content_json(self, obj: Entity) -> str:
         return format_html('<pre class="atlas-json-block">{}</pre>', pretty_json(obj.content))
 
-    def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None):  # type: ignore[no-untyped-def]
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: Any = None
+    ) -> HttpResponse:
         """The entity's "History" button opens its revision timeline, not Django's LogEntry."""
         entity = None
         if object_id.isdigit():

@@ -9,8 +9,9 @@ Rows are limited to the namespaces the user can read (``docs/admin.md``).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from collections.abc import Iterable
+from datetime import datetime, timedelta, tzinfo
+from typing import Any, Literal
 
 from django.contrib import admin
 from django.db import connection
@@ -49,9 +50,13 @@ class ChangesetQuerySet(QuerySet):
     from the end of the previous one, under the same filters.
     """
 
-    def datetimes(  # type: ignore[override]
-        self, field_name: str, kind: str, order: str = "ASC", tzinfo: Any = None
-    ) -> list[datetime]:
+    def datetimes(  # type: ignore[override]  # a list of datetimes, not a queryset
+        self,
+        field_name: str,
+        kind: Literal["year", "month", "week", "day", "hour", "minute", "second"],
+        order: Literal["ASC", "DESC"] = "ASC",
+        tzinfo: tzinfo | None = None,
+    ) -> Iterable[datetime]:
         if field_name != "at" or kind not in ("year", "month", "day"):
             return super().datetimes(field_name, kind, order=order, tzinfo=tzinfo)
         tz = tzinfo or timezone.get_current_timezone()
@@ -276,7 +281,9 @@ class ChangesetAdmin(NamespaceScopedAdmin):
     ) -> HttpResponse:
         return pages.changeset_detail(self, request, object_id)
 
-    def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None):  # type: ignore[no-untyped-def]
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: Any = None
+    ) -> HttpResponse:
         # Django's LogEntry history would always be empty: the log is the history.
         return HttpResponseRedirect(reverse("admin:changesets_changeset_change", args=[object_id]))
 

@@ -23,7 +23,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from atlas.admin_mixins import admin_roles, pretty_json
+from atlas.admin_mixins import admin_roles, admin_user, pretty_json
 from atlas.exceptions import AtlasError
 from changesets.admin.diff import diff_images
 from changesets.exceptions import RevertConflict
@@ -206,7 +206,7 @@ class Preview:
 def _dry_run(request: HttpRequest, changeset: Changeset) -> Preview:
     try:
         result = changeset_revert(
-            store=baseline, actor=request.user, changeset_id=str(changeset.id), dry_run=True
+            store=baseline, actor=admin_user(request), changeset_id=str(changeset.id), dry_run=True
         )
     except RevertConflict as exc:
         conflicts = exc.conflicts or []
@@ -320,7 +320,7 @@ def _confirm(
     try:
         result = changeset_revert(
             store=baseline,
-            actor=request.user,
+            actor=admin_user(request),
             changeset_id=str(changeset.id),
             comment=comment,
         )
@@ -388,9 +388,8 @@ def entity_history_view(
     ]
     older_url = None
     if more:
-        older_url = "?" + urlencode(
-            {**({"branch": branch} if branch else {}), "before": revisions[-1].seq}
-        )
+        query: dict[str, str | int] = {"branch": branch} if branch else {}
+        older_url = "?" + urlencode({**query, "before": revisions[-1].seq})
     live = Entity.objects.filter(namespace_id=key.namespace, kind=key.kind, slug=key.slug).first()
     context = _context(
         model_admin,

@@ -25,7 +25,7 @@ def _skip_reason() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "the playwright package is not installed (pip install -r requirements.txt)"
+        return "the playwright package is not installed (pip install -r requirements-dev.txt)"
     if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
         return (
             f"no Chromium at {CHROMIUM}: install Debian's package "
