@@ -21,7 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth import models as auth_models
 from django.db import connection
 from django.db.models import Q, QuerySet
 
@@ -31,7 +31,7 @@ from entities import access
 from entities.access import Role
 from entities.store import EntityKey, StoredEntity, load_json
 
-User = AbstractBaseUser | AnonymousUser
+User = access.User
 
 _NAME_RE = re.compile(NAME_PATTERN)
 
@@ -140,7 +140,7 @@ def branch_fresh(*, branch: Branch) -> Branch:
     return Branch.objects.get(pk=branch.pk)
 
 
-def user_by_username(username: str) -> AbstractBaseUser | None:
+def user_by_username(username: str) -> auth_models.User | None:
     """The user named ``username``, or None (no user can have a U+0000 in its name:
     PostgreSQL text cannot hold one, so it is not even looked up)."""
     if "\x00" in username:

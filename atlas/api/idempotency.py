@@ -69,6 +69,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from atlas.api.auth import actor
 from atlas.api.errors import problem_exception_handler, problem_for
 from atlas.exceptions import Conflict, ValidationFailed
 from atlas.models import IdempotencyRecord
@@ -187,7 +188,7 @@ def _replay(record: IdempotencyRecord) -> HttpResponse:
 
 def _busy(request: Request, key: str, fingerprint: str) -> HttpResponse:
     """Another session holds the key: replay a stored answer, or refuse."""
-    record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+    record = IdempotencyRecord.objects.filter(user=actor(request), key=key).first()
     if record is not None and not _expired(record):
         if record.fingerprint != fingerprint:
             raise _reused()
@@ -198,7 +199,7 @@ def _busy(request: Request, key: str, fingerprint: str) -> HttpResponse:
 
 def _claim(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | HttpResponse:
     """Under the key's lock: a new record for this attempt, or the earlier answer."""
-    record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+    record = IdempotencyRecord.objects.filter(user=actor(request), key=key).first()
     if record is not None and _expired(record):
         IdempotencyRecord.objects.filter(pk=record.pk).delete()
         record = None
@@ -215,7 +216,7 @@ def _claim(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | 
     try:
         with transaction.atomic():
             return IdempotencyRecord.objects.create(
-                user=request.user,
+                user=actor(request),
                 key=key,
                 fingerprint=fingerprint,
                 method=request.method,

@@ -27,6 +27,7 @@ from rest_framework.response import Response
 
 from atlas.api import paging, strict
 from atlas.api import representations as r
+from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
 from atlas.api.keyset import MSG_OTHER_LISTING, page_of, refuse_token
@@ -242,12 +243,12 @@ class ChangesetViewSet(viewsets.ViewSet):
     def revert(self, request: Request, changeset_id: str) -> Response:
         # Before the body is read: a hidden op must not make a 422 where a missing
         # changeset is 404. The row found here is the one the service reverts.
-        changeset = revert_target(actor=request.user, changeset_id=changeset_id)
+        changeset = revert_target(actor=actor(request), changeset_id=changeset_id)
         store = store_for(request)
         body = strict.validated(s.RevertBodySerializer, request.data)
         result = changeset_revert(
             store=store,
-            actor=request.user,
+            actor=actor(request),
             changeset=changeset,
             dry_run=body["dry_run"],
             comment=body.get("comment", ""),
@@ -302,7 +303,7 @@ class ChangesetViewSet(viewsets.ViewSet):
         body = request.data if isinstance(request.data, bytes | str) else b""
         document = ndjson.parse(body)
         result = changeset_import(
-            store=store, actor=request.user, document=document, dry_run=dry_run
+            store=store, actor=actor(request), document=document, dry_run=dry_run
         )
         return self._planned(request, result, dry_run)
 
