@@ -45,7 +45,10 @@ def is_superuser(user: User) -> bool:
 
 
 def is_member(branch_id: int, user: User) -> bool:
-    return BranchMember.objects.filter(branch_id=branch_id, user_id=user.pk).exists()
+    # django-stubs refuse None for ``user_id``; Django reads ``=None`` as IS NULL,
+    # so an anonymous user (pk None) is a member of nothing.
+    members = BranchMember.objects.filter(branch_id=branch_id, user_id=user.pk)  # type: ignore[misc]
+    return members.exists()
 
 
 def can_see(branch: Branch, user: User) -> bool:
@@ -129,7 +132,8 @@ def visible_branches(*, user: User) -> QuerySet[Branch]:
     if readable is None:
         return qs
     # Membership as a subquery, not a join: a join would repeat a branch per member.
-    memberships = BranchMember.objects.filter(user_id=user.pk).values("branch_id")
+    # ``type: ignore``: as in is_member, the stubs refuse the anonymous user's None pk.
+    memberships = BranchMember.objects.filter(user_id=user.pk).values("branch_id")  # type: ignore[misc]
     return qs.filter(
         Q(created_by_id=user.pk) | Q(namespaces__overlap=readable) | Q(pk__in=memberships)
     )

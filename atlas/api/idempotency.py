@@ -58,7 +58,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from django.conf import settings
@@ -107,9 +107,15 @@ class ResponseLost(Conflict):
         return {**super().as_problem(), "changeset_id": str(self.changeset_id)}
 
 
+def _method(request: Request) -> str:
+    # Django types ``HttpRequest.method`` Optional (a request built by hand may
+    # lack one); a request that reached a view always has it.
+    return cast(str, request.method)
+
+
 def _fingerprint(request: Request) -> str:
     digest = hashlib.sha256()
-    digest.update(request.method.encode())
+    digest.update(_method(request).encode())
     digest.update(b"\0" + request.get_full_path().encode())
     for name in _MEANINGFUL_HEADERS:
         digest.update(b"\0" + (request.headers.get(name) or "").encode())
@@ -219,7 +225,7 @@ def _claim(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | 
                 user=actor(request),
                 key=key,
                 fingerprint=fingerprint,
-                method=request.method,
+                method=_method(request),
                 path=request.get_full_path(),
             )
     except IntegrityError:
