@@ -232,7 +232,7 @@ class ChangesetViewSet(viewsets.ViewSet):
             resume=_revision_position(changeset),
             size=size,
         )
-        results = [r.revision_repr(r, changeset) for r in page.rows]
+        results = [r.revision_repr(revision, changeset) for revision in page.rows]
         return Response({"results": results, "next_page_token": page.next_token})
 
     @extend_schema(
