@@ -21,7 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth import models as auth_models
 from django.db import connection
 from django.db.models import Q, QuerySet
 
@@ -31,7 +31,7 @@ from entities import access
 from entities.access import Role
 from entities.store import EntityKey, StoredEntity, load_json
 
-User = AbstractBaseUser | AnonymousUser
+User = access.User
 
 _NAME_RE = re.compile(NAME_PATTERN)
 
@@ -45,7 +45,10 @@ def is_superuser(user: User) -> bool:
 
 
 def is_member(branch_id: int, user: User) -> bool:
-    return BranchMember.objects.filter(branch_id=branch_id, user_id=user.pk).exists()
+    # django-stubs refuse None for ``user_id``; Django reads ``=None`` as IS NULL,
+    # so an anonymous user (pk None) is a member of nothing.
+    members = BranchMember.objects.filter(branch_id=branch_id, user_id=user.pk)  # type: ignore[misc]
+    return members.exists()
 
 
 def can_see(branch: Branch, user: User) -> bool:
@@ -129,7 +132,8 @@ def visible_branches(*, user: User) -> QuerySet[Branch]:
     if readable is None:
         return qs
     # Membership as a subquery, not a join: a join would repeat a branch per member.
-    memberships = BranchMember.objects.filter(user_id=user.pk).values("branch_id")
+    # ``type: ignore``: as in is_member, the stubs refuse the anonymous user's None pk.
+    memberships = BranchMember.objects.filter(user_id=user.pk).values("branch_id")  # type: ignore[misc]
     return qs.filter(
         Q(created_by_id=user.pk) | Q(namespaces__overlap=readable) | Q(pk__in=memberships)
     )
@@ -140,7 +144,7 @@ def branch_fresh(*, branch: Branch) -> Branch:
     return Branch.objects.get(pk=branch.pk)
 
 
-def user_by_username(username: str) -> AbstractBaseUser | None:
+def user_by_username(username: str) -> auth_models.User | None:
     """The user named ``username``, or None (no user can have a U+0000 in its name:
     PostgreSQL text cannot hold one, so it is not even looked up)."""
     if "\x00" in username:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -74,14 +74,14 @@ class MergeResult:
     dry_run: bool = False
 
 
-def _can_write_somewhere(actor: AbstractBaseUser) -> bool:
+def _can_write_somewhere(actor: User) -> bool:
     if is_superuser(actor):
         return True
     roles = access.roles_for(actor)
     return roles.floor >= Role.WRITER or any(r >= Role.WRITER for r in roles.grants.values())
 
 
-def branch_create(*, name: str, actor: AbstractBaseUser, comment: str = "") -> Branch:
+def branch_create(*, name: str, actor: User, comment: str = "") -> Branch:
     """Cut a branch from baseline as it is now.
 
     Any user with the writer role in some namespace may create one (API.md).
@@ -114,7 +114,7 @@ def branch_create(*, name: str, actor: AbstractBaseUser, comment: str = "") -> B
         raise BranchExists(MSG_NAME_TAKEN.format(name=name)) from exc
 
 
-def _require_visible(branch: Branch, actor: AbstractBaseUser) -> None:
+def _require_visible(branch: Branch, actor: User) -> None:
     """404 for a branch the actor cannot see (the API resolves names the same way).
 
     Judged on the stored row: ``branch`` may predate writes that widened who sees it.
@@ -123,7 +123,7 @@ def _require_visible(branch: Branch, actor: AbstractBaseUser) -> None:
         raise NotFound("No such branch.")
 
 
-def _require_close_permission(actor: AbstractBaseUser, branch: LockedBranch) -> None:
+def _require_close_permission(actor: User, branch: LockedBranch) -> None:
     """A merge that lands nothing (it only closes the branch) needs someone who may
     write the branch, or merge rights: the writer role in every namespace it touched."""
     names = branch.namespaces
@@ -132,7 +132,7 @@ def _require_close_permission(actor: AbstractBaseUser, branch: LockedBranch) -> 
     require_writer(actor, branch)
 
 
-def branch_abandon(*, branch: Branch, actor: AbstractBaseUser) -> Branch:
+def branch_abandon(*, branch: Branch, actor: User) -> Branch:
     """Abandon an open branch: its overlay goes, its changesets stay in the log.
 
     Who may: whoever may write the branch (its creator, a member, a superuser,
@@ -150,7 +150,7 @@ def branch_abandon(*, branch: Branch, actor: AbstractBaseUser) -> Branch:
     return branch
 
 
-def _lock_for_members(branch: Branch, actor: AbstractBaseUser, user: AbstractBaseUser) -> bool:
+def _lock_for_members(branch: Branch, actor: User, user: User) -> bool:
     """Lock the branch row, check it is open and ``actor`` manages its members;
     return whether ``user`` is a member."""
     locked = lock_branch_row(branch.pk)
@@ -162,7 +162,7 @@ def _lock_for_members(branch: Branch, actor: AbstractBaseUser, user: AbstractBas
     return is_member(branch.pk, user)  # after the lock: a statement of its own
 
 
-def branch_member_add(*, branch: Branch, user: AbstractBaseUser, actor: AbstractBaseUser) -> bool:
+def branch_member_add(*, branch: Branch, user: User, actor: User) -> bool:
     """Let ``user`` write ``branch``; True when added, False when already a member.
 
     ``actor`` must be the creator, a superuser or a maintainer of every
@@ -181,9 +181,7 @@ def branch_member_add(*, branch: Branch, user: AbstractBaseUser, actor: Abstract
     return True
 
 
-def branch_member_remove(
-    *, branch: Branch, user: AbstractBaseUser, actor: AbstractBaseUser
-) -> bool:
+def branch_member_remove(*, branch: Branch, user: User, actor: User) -> bool:
     """Take ``user``'s membership away; True when they were a member.
 
     Same rules as :func:`branch_member_add`. Under the branch row lock: a
@@ -204,7 +202,7 @@ def _merge_ops(plan: Iterable[OverlayChange]) -> list[WriteOp]:
     ]
 
 
-def _require_merge_permission(actor: AbstractBaseUser, name: str, landing: Iterable[str]) -> None:
+def _require_merge_permission(actor: User, name: str, landing: Iterable[str]) -> None:
     """Baseline write rules (writer; maintainer where protected) on the namespaces a
     merge lands in: 403, naming only the namespaces the caller can read.
 
@@ -238,7 +236,7 @@ def _require_within_limit(name: str, n: int) -> None:
     check_op_limit(n, what=f"Merging branch {name!r}")
 
 
-def _close_empty_merge(branch: Branch, actor: AbstractBaseUser) -> None:
+def _close_empty_merge(branch: Branch, actor: User) -> None:
     """Mark merged a branch with nothing to land (no changeset: invariant 3)."""
     with transaction.atomic(durable=True):
         locked = lock_branch_row(branch.pk)
@@ -250,7 +248,7 @@ def _close_empty_merge(branch: Branch, actor: AbstractBaseUser) -> None:
 
 
 def branch_merge(
-    *, branch: Branch, actor: AbstractBaseUser, dry_run: bool = False, comment: str = ""
+    *, branch: Branch, actor: User, dry_run: bool = False, comment: str = ""
 ) -> MergeResult:
     """Land an open branch on baseline as one changeset (rpc ``MergeBranch``).
 

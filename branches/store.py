@@ -197,7 +197,7 @@ class BranchStore:
         live overlay rows, and baseline rows the overlay does not cover (an
         anti-join on the overlay's unique index, so tombstones hide baseline).
         """
-        filters = {
+        filters: dict[str, Any] = {
             "namespaces": namespaces,
             "namespace": namespace,
             "kind": kind,

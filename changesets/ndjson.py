@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +127,8 @@ def parse(text: str | bytes) -> ChangesetFile:
         raise _fail(1, "the file is empty; line 1 must be the envelope.")
     envelope: dict[str, Any] = {}
     ops: list[FileOp] = []
-    for number, raw in enumerate(lines, start=1):
+    rows: Sequence[str | bytes] = lines  # one element type, for enumerate
+    for number, raw in enumerate(rows, start=1):
         obj = _load_line(raw, number)
         if number == 1:
             envelope = _check_envelope(obj)

@@ -9,12 +9,12 @@ instead, and then that user's roles apply.
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 SYSTEM_USERNAME = "atlas-system"
 
 
-def system_user() -> AbstractBaseUser:
+def system_user() -> User:
     user, _ = get_user_model().objects.get_or_create(
         username=SYSTEM_USERNAME, defaults={"is_active": False}
     )

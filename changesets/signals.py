@@ -32,6 +32,7 @@ Example::
 """
 
 import logging
+from typing import Any
 
 from django.dispatch import Signal
 
@@ -46,7 +47,7 @@ class HookSignal(Signal):
     and take the journal run down with it.
     """
 
-    def _log_robust_failure(self, receiver, err):  # type: ignore[no-untyped-def]
+    def _log_robust_failure(self, receiver: Any, err: Exception) -> None:
         name = getattr(receiver, "__qualname__", None) or repr(receiver)
         logger.error("changeset_committed hook %s failed: %s", name, err, exc_info=err)
 

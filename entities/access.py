@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth import models as auth_models
+from django.contrib.auth.models import AnonymousUser
 from django.contrib.contenttypes.models import ContentType
 from guardian.models import GroupObjectPermission, UserObjectPermission
 
@@ -55,7 +56,9 @@ _CODENAME_ROLE = {
 }
 _CACHE_ATTR = "_atlas_namespace_roles"
 
-User = AbstractBaseUser | AnonymousUser
+# The project runs on Django's own user model (no AUTH_USER_MODEL), so the
+# signed-in principal is ``auth.User``; DRF hands views an ``AnonymousUser`` otherwise.
+User = auth_models.User | AnonymousUser
 
 
 def is_superuser(user: User) -> bool:

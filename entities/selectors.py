@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
 from entities import access
@@ -10,7 +9,7 @@ from entities.models import Namespace
 from entities.validation import is_valid_namespace
 
 
-def namespace_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Namespace]:
+def namespace_list(*, user: access.User) -> QuerySet[Namespace]:
     """Namespaces the user can read, by name."""
     readable = access.readable_namespaces(user)
     qs = Namespace.objects.order_by("name")

@@ -6,7 +6,7 @@ replaces whatever role the principal had in that namespace.
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
 from guardian.core import ObjectPermissionChecker
 from guardian.shortcuts import assign_perm, remove_perm
@@ -47,7 +47,7 @@ def namespace_update(*, name: str, protected: bool) -> Namespace:
 
 
 @transaction.atomic
-def role_grant(*, namespace: Namespace, principal: AbstractBaseUser | Group, role: str) -> bool:
+def role_grant(*, namespace: Namespace, principal: User | Group, role: str) -> bool:
     """Give ``principal`` exactly ``role`` in ``namespace`` (replacing any other role).
 
     Returns True when the principal held no role there before (a new grant).
@@ -66,14 +66,14 @@ def role_grant(*, namespace: Namespace, principal: AbstractBaseUser | Group, rol
             assign_perm(codename, principal, namespace)
         else:
             remove_perm(codename, principal, namespace)
-    if isinstance(principal, AbstractBaseUser):
+    if isinstance(principal, User):
         access.forget_roles(principal)
     return not had_role
 
 
 @transaction.atomic
-def role_revoke(*, namespace: Namespace, principal: AbstractBaseUser | Group) -> None:
+def role_revoke(*, namespace: Namespace, principal: User | Group) -> None:
     for codename in ALL_PERMISSIONS:
         remove_perm(codename, principal, namespace)
-    if isinstance(principal, AbstractBaseUser):
+    if isinstance(principal, User):
         access.forget_roles(principal)

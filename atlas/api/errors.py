@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
 IDLE_IN_TRANSACTION_TIMEOUT = "25P03"  # SQLSTATE idle_in_transaction_session_timeout
 
-_DRF_MAP: list[tuple[type[Exception], type[atlas.AtlasError]]] = [
+_DRF_MAP: list[tuple[type[drf.APIException], type[atlas.AtlasError]]] = [
     (drf.NotAuthenticated, atlas.NotAuthenticated),
     (drf.AuthenticationFailed, atlas.NotAuthenticated),
     (drf.PermissionDenied, atlas.PermissionDenied),

@@ -58,7 +58,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from django.conf import settings
@@ -69,6 +69,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from atlas.api.auth import actor
 from atlas.api.errors import problem_exception_handler, problem_for
 from atlas.exceptions import Conflict, ValidationFailed
 from atlas.models import IdempotencyRecord
@@ -106,9 +107,15 @@ class ResponseLost(Conflict):
         return {**super().as_problem(), "changeset_id": str(self.changeset_id)}
 
 
+def _method(request: Request) -> str:
+    # Django types ``HttpRequest.method`` Optional (a request built by hand may
+    # lack one); a request that reached a view always has it.
+    return cast(str, request.method)
+
+
 def _fingerprint(request: Request) -> str:
     digest = hashlib.sha256()
-    digest.update(request.method.encode())
+    digest.update(_method(request).encode())
     digest.update(b"\0" + request.get_full_path().encode())
     for name in _MEANINGFUL_HEADERS:
         digest.update(b"\0" + (request.headers.get(name) or "").encode())
@@ -187,7 +194,7 @@ def _replay(record: IdempotencyRecord) -> HttpResponse:
 
 def _busy(request: Request, key: str, fingerprint: str) -> HttpResponse:
     """Another session holds the key: replay a stored answer, or refuse."""
-    record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+    record = IdempotencyRecord.objects.filter(user=actor(request), key=key).first()
     if record is not None and not _expired(record):
         if record.fingerprint != fingerprint:
             raise _reused()
@@ -198,7 +205,7 @@ def _busy(request: Request, key: str, fingerprint: str) -> HttpResponse:
 
 def _claim(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | HttpResponse:
     """Under the key's lock: a new record for this attempt, or the earlier answer."""
-    record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+    record = IdempotencyRecord.objects.filter(user=actor(request), key=key).first()
     if record is not None and _expired(record):
         IdempotencyRecord.objects.filter(pk=record.pk).delete()
         record = None
@@ -215,10 +222,10 @@ def _claim(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | 
     try:
         with transaction.atomic():
             return IdempotencyRecord.objects.create(
-                user=request.user,
+                user=actor(request),
                 key=key,
                 fingerprint=fingerprint,
-                method=request.method,
+                method=_method(request),
                 path=request.get_full_path(),
             )
     except IntegrityError:

@@ -8,7 +8,7 @@ from here, never from each other.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
@@ -131,6 +131,12 @@ class NullChecked:
         return super().validate_empty_values(data)  # type: ignore[misc]
 
 
+def _bound_name(field: serializers.Field) -> str:
+    # A field in ``self.fields`` is bound, so its name is set; the stubs type
+    # ``field_name`` Optional for a field not bound yet.
+    return cast(str, field.field_name)
+
+
 # A JSON request body: exactly these fields, every error in one 422.
 #
 # The fields validate and, through drf-spectacular, describe the body, so
@@ -152,14 +158,14 @@ class BodySerializer(serializers.Serializer):
         body = require_object(data)
         errors = Errors()
         fields = [f for f in self.fields.values() if not f.read_only]
-        required = {f.field_name for f in fields if f.required}
-        known = {f.field_name for f in fields}
+        required = {_bound_name(f) for f in fields if f.required}
+        known = {_bound_name(f) for f in fields}
         check_fields(body, errors, "", required=required, optional=known - required)
         rank = {name: i for i, name in enumerate(self.first)}
-        fields.sort(key=lambda f: rank.get(f.field_name, len(rank)))
+        fields.sort(key=lambda f: rank.get(_bound_name(f), len(rank)))
         out: dict[str, Any] = {}
         for field in fields:
-            name = field.field_name
+            name = _bound_name(field)
             if name not in body:
                 if not field.required and field.default is not serializers.empty:
                     out[name] = field.get_default()

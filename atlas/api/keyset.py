@@ -13,7 +13,7 @@ it uses that module's signing, so the two can be swapped at merge.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -39,7 +39,7 @@ def refuse_token(message: str = MSG_INVALID) -> BadRequest:
 
 
 def page_of(
-    rows_after: Callable[[Any, int], Sequence[T]],
+    rows_after: Callable[[Any, int], Iterable[T]],
     key: Callable[[T], dict[str, Any]],
     request: Request,
     *,

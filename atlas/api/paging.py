@@ -8,7 +8,7 @@ another listing or another user is a 400.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -119,7 +119,7 @@ def keyset_page(
     scope: str,
     field: str,
     field_type: type,
-    fetch: Callable[[Any, int], Sequence[T]],
+    fetch: Callable[[Any, int], Iterable[T]],
     position_of: Callable[[T], Any],
     filters: dict[str, Any] | None = None,
 ) -> Page[T]:

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from atlas.api import paging, strict
+from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
 from atlas.api.keyset import page_of, refuse_token
 from atlas.api.openapi import PROBLEM
@@ -122,7 +123,7 @@ class BranchViewSet(viewsets.ViewSet):
     def create(self, request: Request) -> Response:
         body = strict.validated(s.BranchCreateSerializer, request.data)
         branch = services.branch_create(
-            name=body["name"], actor=request.user, comment=body.get("comment", "")
+            name=body["name"], actor=actor(request), comment=body.get("comment", "")
         )
         response = self._repr(branch, status=201)
         response["Location"] = f"{request.path.rstrip('/')}/{branch.name}"
@@ -146,7 +147,7 @@ class BranchViewSet(viewsets.ViewSet):
     )
     @idempotent
     def destroy(self, request: Request, name: str) -> Response:
-        branch = services.branch_abandon(branch=self.get_object(), actor=request.user)
+        branch = services.branch_abandon(branch=self.get_object(), actor=actor(request))
         return self._repr(branch)
 
     @extend_schema(
@@ -192,7 +193,7 @@ class BranchViewSet(viewsets.ViewSet):
         body = strict.validated(s.MergeBodySerializer, request.data)
         result = services.branch_merge(
             branch=branch,
-            actor=request.user,
+            actor=actor(request),
             dry_run=body["dry_run"],
             comment=body.get("comment", ""),
         )
@@ -236,7 +237,7 @@ class BranchViewSet(viewsets.ViewSet):
     def member(self, request: Request, name: str, username: str) -> Response:
         branch, user = self._member(username)
         strict.validated(strict.Empty, request.data)
-        added = services.branch_member_add(branch=branch, user=user, actor=request.user)
+        added = services.branch_member_add(branch=branch, user=user, actor=actor(request))
         return self._repr(branch_fresh(branch=branch), status=201 if added else 200)
 
     @extend_schema(
@@ -251,5 +252,5 @@ class BranchViewSet(viewsets.ViewSet):
     @idempotent
     def member_remove(self, request: Request, name: str, username: str) -> Response:
         branch, user = self._member(username)
-        services.branch_member_remove(branch=branch, user=user, actor=request.user)
+        services.branch_member_remove(branch=branch, user=user, actor=actor(request))
         return Response(status=204)

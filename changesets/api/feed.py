@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from atlas.api import paging, strict
+from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
 from atlas.api.inputs import Errors
 from atlas.api.keyset import page_of, refuse_token
@@ -163,7 +164,7 @@ class SubscriptionViewSet(viewsets.ViewSet):
     @idempotent
     def create(self, request: Request) -> Response:
         body = strict.validated(s.SubscriptionCreateBodySerializer, request.data)
-        subscription = subs.subscription_create(actor=request.user, **body)
+        subscription = subs.subscription_create(actor=actor(request), **body)
         return Response(s.subscription_repr(subscription, secret=True), status=201)
 
     @extend_schema(
@@ -216,7 +217,7 @@ class SubscriptionViewSet(viewsets.ViewSet):
         subscription = self.get_object()
         _no_body(request)
         subscription = subs.subscription_rotate_secret(
-            subscription_id=subscription.id, actor=request.user
+            subscription_id=subscription.id, actor=actor(request)
         )
         return Response(s.subscription_repr(subscription, secret=True))
 
@@ -231,7 +232,9 @@ class SubscriptionViewSet(viewsets.ViewSet):
     def retry(self, request: Request, subscription_id: str) -> Response:
         subscription = self.get_object()
         _no_body(request)
-        subscription = subs.subscription_retry(subscription_id=subscription.id, actor=request.user)
+        subscription = subs.subscription_retry(
+            subscription_id=subscription.id, actor=actor(request)
+        )
         return Response(s.subscription_repr(subscription))
 
     @extend_schema(
@@ -245,5 +248,5 @@ class SubscriptionViewSet(viewsets.ViewSet):
     def skip(self, request: Request, subscription_id: str) -> Response:
         subscription = self.get_object()
         _no_body(request)
-        subscription = subs.subscription_skip(subscription_id=subscription.id, actor=request.user)
+        subscription = subs.subscription_skip(subscription_id=subscription.id, actor=actor(request))
         return Response(s.subscription_repr(subscription))

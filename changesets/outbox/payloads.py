@@ -51,7 +51,7 @@ def page_body(
 ) -> bytes:
     """The delivered document: a feed page, plus which subscription and delivery it is
     (and, for a changeset delivered in parts, which ``part`` of how many ``parts``)."""
-    document = {"subscription_id": str(subscription.id), "delivery_id": delivery}
+    document: dict[str, Any] = {"subscription_id": str(subscription.id), "delivery_id": delivery}
     document.update(page.as_dict())
     if part is not None:
         document["part"] = part

@@ -79,7 +79,7 @@ def subscription_pump(
 def enqueue_pump(subscription_id: str, *, countdown: float | None = None) -> None:
     """Queue a pump run for one subscription (raises when the broker is unreachable)."""
     if countdown:
-        pump.apply_async(args=[str(subscription_id)], countdown=countdown)
+        pump.apply_async(args=(str(subscription_id),), countdown=countdown)
     else:
         pump.delay(str(subscription_id))
 

@@ -140,7 +140,7 @@ class JournalRelay:
             found = sorted((seq, str(i)) for seq, i in rows if i is not None)
             if found:
                 try:
-                    journal_publish_batch.apply_async(args=[[i for _, i in found]], retry=False)
+                    journal_publish_batch.apply_async(args=([i for _, i in found],), retry=False)
                 except Exception:  # noqa: BLE001 - broker down: the mark stays; next wake retries
                     logger.warning(
                         "journal relay: could not enqueue %d id(s)", len(found), exc_info=True

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -111,7 +111,7 @@ def _wake_after_commit(subscription: Subscription) -> None:
 @transaction.atomic
 def subscription_create(
     *,
-    actor: AbstractBaseUser | None,
+    actor: User | None,
     name: str,
     url: str,
     namespaces: Sequence[str] = (),
@@ -215,14 +215,12 @@ def _lock(subscription_id: Any) -> Subscription:
     return subscription
 
 
-def _actor_name(actor: AbstractBaseUser | None) -> str:
+def _actor_name(actor: User | None) -> str:
     return getattr(actor, "get_username", lambda: "system")() if actor is not None else "system"
 
 
 @transaction.atomic
-def subscription_rotate_secret(
-    *, subscription_id: Any, actor: AbstractBaseUser | None
-) -> Subscription:
+def subscription_rotate_secret(*, subscription_id: Any, actor: User | None) -> Subscription:
     """Give the subscription a new secret; the old one keeps signing for the overlap.
 
     For ``ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS`` every delivery carries a
@@ -246,7 +244,7 @@ def subscription_rotate_secret(
 
 
 @transaction.atomic
-def subscription_retry(*, subscription_id: Any, actor: AbstractBaseUser | None) -> Subscription:
+def subscription_retry(*, subscription_id: Any, actor: User | None) -> Subscription:
     """Unpark: deliver the parked changeset (or part) again, at once, with a fresh
     round of ``ATLAS_WEBHOOK_MAX_ATTEMPTS`` attempts. 409 when nothing is parked."""
     subscription = _lock(subscription_id)
@@ -269,7 +267,7 @@ def subscription_retry(*, subscription_id: Any, actor: AbstractBaseUser | None) 
 
 
 @transaction.atomic
-def subscription_skip(*, subscription_id: Any, actor: AbstractBaseUser | None) -> Subscription:
+def subscription_skip(*, subscription_id: Any, actor: User | None) -> Subscription:
     """Give up on the parked changeset: move the cursor past it (all its parts).
 
     The receiver never gets it from the push side (it stays readable at

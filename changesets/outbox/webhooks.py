@@ -17,7 +17,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -86,7 +86,9 @@ def resolve_webhook_host(host: str, port: int) -> list[str]:
     and ``OSError`` when the name does not resolve.
     """
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    # typeshed types a sockaddr's first item ``str | int`` (AF_CAN and the like);
+    # for the IP families a TCP lookup returns it is the address text.
+    addresses = list(dict.fromkeys(cast(str, info[4][0]) for info in infos))
     if not settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS:
         for address in addresses:
             if not _public(ipaddress.ip_address(address.split("%", 1)[0])):

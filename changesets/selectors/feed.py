@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core import signing
+from django.db.models import QuerySet
 
 from atlas.api.render import rfc3339
 from atlas.exceptions import BadRequest
@@ -153,7 +154,7 @@ class FeedPage:
         }
 
 
-def _revisions(after_seq: int, namespaces: Sequence[str] | None):
+def _revisions(after_seq: int, namespaces: Sequence[str] | None) -> QuerySet[Revision]:
     qs = Revision.objects.filter(branch=BASELINE, seq__gt=after_seq)
     if namespaces is not None:
         qs = qs.filter(namespace__in=list(namespaces))

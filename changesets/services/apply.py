@@ -16,7 +16,7 @@ from uuid import UUID
 
 import uuid6
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -63,7 +63,7 @@ def check_op_limit(count: int, *, what: str = "") -> None:
 def changeset_apply(
     *,
     store: EntityStore,
-    actor: AbstractBaseUser,
+    actor: User,
     ops: Sequence[WriteOp] = (),
     rpc: Rpc | str,
     comment: str = "",
@@ -141,7 +141,7 @@ def _worth_retrying(exc: Exception) -> bool:
 def changeset_apply_planned(
     *,
     store: EntityStore,
-    actor: AbstractBaseUser,
+    actor: User,
     rpc: Rpc | str,
     keys: Sequence[EntityKey],
     plan: Planner,
@@ -172,7 +172,7 @@ def changeset_apply_planned(
 def _apply_once(
     *,
     store: EntityStore,
-    actor: AbstractBaseUser,
+    actor: User,
     ops: Sequence[WriteOp],
     plan: Planner | None,
     plan_keys: Sequence[EntityKey],
@@ -211,7 +211,7 @@ def _apply_once(
 
 def _lock(
     store: EntityStore,
-    actor: AbstractBaseUser,
+    actor: User,
     touched: Sequence[tuple[EntityKey, str | None]],
     keys: Sequence[EntityKey],
     *,
@@ -254,7 +254,7 @@ def _planned_ops(
 
 
 def _record(
-    *, store: EntityStore, actor: AbstractBaseUser, rpc: str, comment: str, folded: Folded
+    *, store: EntityStore, actor: User, rpc: str, comment: str, folded: Folded
 ) -> tuple[Changeset, datetime]:
     """Step 4: the store's rows and the log in one statement, then the write hooks.
     Returns it and its clock reading."""

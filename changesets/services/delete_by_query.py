@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from atlas.exceptions import NotFound, PayloadTooLarge
 from changesets.models import Rpc
@@ -25,7 +25,7 @@ class DeleteByQueryResult:
 def entities_delete_by_query(
     *,
     store: EntityStore,
-    actor: AbstractBaseUser,
+    actor: User,
     namespace: str,
     kind: str | None = None,
     slug_prefix: str | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from changesets.exceptions import ImportConflict
 from changesets.models import Rpc
@@ -22,7 +22,7 @@ from entities.store import EntityKey, EntityStore, StoredEntity
 def changeset_import(
     *,
     store: EntityStore,
-    actor: AbstractBaseUser,
+    actor: User,
     document: ChangesetFile,
     dry_run: bool = False,
     comment: str | None = None,

@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection
 
 from changesets import chain
@@ -144,7 +144,7 @@ def params(
 def new_changeset(
     changeset_id: UUID,
     *,
-    actor: AbstractBaseUser,
+    actor: User,
     rpc: str,
     comment: str,
     branch: str,

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import json_merge_patch
@@ -20,7 +20,7 @@ from django.conf import settings
 
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
 from changesets.models import Op
-from changesets.ops import DeleteOp, OpResult, PatchOp, PutOp, WriteOp, canonical
+from changesets.ops import DeleteOp, OpResult, PatchOp, PutOp, Status, WriteOp, canonical
 from entities.store import EntityKey, EntityWrite, StoredEntity
 from entities.validation import (
     MSG_BAD_TEXT,
@@ -182,7 +182,7 @@ def run_ops(
         if cur.exists and _same(cur, new, text):
             results.append(OpResult(op.pointer, "unchanged", cur.version))
             continue
-        status = "updated" if cur.exists else "created"
+        status: Status = "updated" if cur.exists else "created"
         version = next_version(op.key)
         state[op.key] = KeyState(True, new, version, text)
         results.append(OpResult(op.pointer, status, version))
@@ -195,6 +195,13 @@ def _unmoved(before: KeyState | None, after: KeyState) -> bool:
     if before is None:
         return not after.exists
     return after.exists and _same(before, after.content, text_of(after))
+
+
+def _write(key: EntityKey, after: KeyState) -> EntityWrite:
+    # Only for a key that exists after the batch, whose content and version are
+    # set; KeyState types them Optional for a deleted key.
+    content = cast("dict[str, Any]", after.content)
+    return EntityWrite(key, content, cast(int, after.version), text_of(after))
 
 
 def fold(
@@ -220,13 +227,13 @@ def fold(
             continue
         if before is None:
             op_kind = Op.CREATE
-            create(EntityWrite(key, after.content, after.version, text_of(after)))
+            create(_write(key, after))
         elif not after.exists:
             op_kind = Op.DELETE
             delete(key)
         else:
             op_kind = Op.UPDATE
-            update(EntityWrite(key, after.content, after.version, text_of(after)))
+            update(_write(key, after))
         change(
             NetChange(
                 key=key,

@@ -57,7 +57,8 @@ class ApplyResult:
         positional = tuple(f.attname for f in Revision._meta.concrete_fields) == _REVISION_FIELDS
         out = []
         for c in self.changes:
-            values = (
+            # Any: the Django plugin checks ``*values`` against every field at once.
+            values: tuple[Any, ...] = (
                 None,
                 cs_id,
                 seq,

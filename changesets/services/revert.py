@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from atlas.exceptions import NotFound
 from changesets.exceptions import RevertConflict
@@ -35,7 +35,7 @@ def _last_writer(key: EntityKey, store: EntityStore) -> str | None:
     return str(newest) if newest else None
 
 
-def revert_target(*, actor: AbstractBaseUser, changeset_id: str) -> Changeset:
+def revert_target(*, actor: User, changeset_id: str) -> Changeset:
     """The changeset ``actor`` may revert, or :class:`NotFound` exactly like a missing one.
 
     Part of it invisible to the caller: they cannot undo what they cannot see,
@@ -58,7 +58,7 @@ def revert_target(*, actor: AbstractBaseUser, changeset_id: str) -> Changeset:
 def changeset_revert(
     *,
     store: EntityStore,
-    actor: AbstractBaseUser,
+    actor: User,
     changeset_id: str | None = None,
     changeset: Changeset | None = None,
     dry_run: bool = False,

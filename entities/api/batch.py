@@ -152,7 +152,8 @@ def _check_op(raw: Any, index: int, errors: Errors) -> WriteOp | None:
 @extend_schema_field(
     PolymorphicProxySerializer(
         component_name="BatchOp",
-        serializers=OP_SERIALIZERS,
+        # A copy typed as the union the parameter declares (dict is invariant).
+        serializers=dict(OP_SERIALIZERS),
         resource_type_field_name="op",
         many=True,
     )

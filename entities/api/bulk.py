@@ -11,6 +11,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
 from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PROBLEM
@@ -60,7 +61,7 @@ class BatchViewSet(ViewSet):
         ops, comment, dry_run = parse_batch(request.data)
         result = changeset_apply(
             store=store,
-            actor=request.user,
+            actor=actor(request),
             ops=ops,
             rpc=Rpc.BATCH_MUTATE,
             comment=comment,
@@ -103,7 +104,7 @@ class DeleteByQueryViewSet(ViewSet):
         query = s.DeleteByQueryBodySerializer.parse(request.data)
         done = entities_delete_by_query(
             store=store,
-            actor=request.user,
+            actor=actor(request),
             namespace=query["namespace"],
             kind=query.get("kind"),
             slug_prefix=query.get("slug_prefix"),

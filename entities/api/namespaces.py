@@ -3,10 +3,11 @@ superusers, a namespace's grants also by its maintainers."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 from rest_framework.decorators import action
@@ -24,6 +25,9 @@ from atlas.exceptions import NotFound, PermissionDenied
 from entities import access, services
 from entities.models import Namespace
 from entities.selectors import namespace_get, namespace_list
+
+if TYPE_CHECKING:  # the stubs' name for what DRF's get_permissions returns
+    from rest_framework.permissions import _SupportsHasPermission
 
 
 class IsSuperuserForWrites(BasePermission):
@@ -103,7 +107,7 @@ GRANT_DESCRIPTION = (
 class NamespaceViewSet(ViewSet):
     lookup_field = "name"
 
-    def get_permissions(self) -> list[BasePermission]:
+    def get_permissions(self) -> Sequence[_SupportsHasPermission]:
         # Only creating is refused up front; a PATCH or a grant answers 404 for a
         # namespace the caller cannot read before it says who may change it.
         if self.action == "create":
@@ -238,6 +242,7 @@ def _grant_target(
     namespace = _readable(request, name)
     if access.role_in(request.user, name) < access.Role.MAINTAINER:
         raise PermissionDenied(f"Managing grants in {name!r} needs the maintainer role there.")
+    target: User | Group | None
     if "\x00" in principal:  # no user or group can have it (PostgreSQL text cannot)
         target = None
     elif principal_type == "user":

@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from atlas.api import paging
+from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.conditional import (
     etag,
@@ -265,7 +266,7 @@ class EntityViewSet(ViewSet):
         )
         result = changeset_apply(
             store=store,
-            actor=request.user,
+            actor=actor(request),
             ops=[op],
             rpc=Rpc.PUT_ENTITY,
             comment=body.get("comment") or "",
@@ -287,7 +288,7 @@ class EntityViewSet(ViewSet):
         op = PatchOp(key, body["patch"], if_match=parse_if_match_header(request))
         result = changeset_apply(
             store=store,
-            actor=request.user,
+            actor=actor(request),
             ops=[op],
             rpc=Rpc.PATCH_ENTITY,
             comment=body.get("comment") or "",
@@ -309,7 +310,7 @@ class EntityViewSet(ViewSet):
         op = DeleteOp(key, if_match=parse_if_match_header(request))
         result = changeset_apply(
             store=store,
-            actor=request.user,
+            actor=actor(request),
             ops=[op],
             rpc=Rpc.DELETE_ENTITY,
             comment=body.get("comment") or "",

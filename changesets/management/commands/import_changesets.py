@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
@@ -64,7 +64,7 @@ class Command(BaseCommand):
                 documents.append((path, ndjson.parse(path.read_bytes())))
             except AtlasError as exc:
                 raise CommandError(f"{path}: {exc.detail}") from exc
-        actor: AbstractBaseUser | None
+        actor: User | None
         if options["user"]:
             actor = get_user_model().objects.filter(username=options["user"]).first()
             if actor is None:
