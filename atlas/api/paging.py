@@ -1,9 +1,11 @@
-"""Opaque, tamper-evident page tokens and page-size parsing.
+"""Keyset paging for every list: opaque, tamper-evident tokens, page-size parsing.
 
 A token is a signed position (keyset paging), never an offset, so rows
 landing during a traversal cause neither duplicates nor gaps. The signature's
 salt names the listing and the user, so a token forged, edited, or carried to
-another listing or another user is a 400.
+another listing or another user is a 400. Each listing keeps only what is
+its own: how to fetch rows after a position (a selector), what a row's
+position is, and the filters its tokens are bound to (:func:`keyset_page`).
 """
 
 from __future__ import annotations
@@ -108,9 +110,18 @@ def resume_after(
         return None
     after = position.get(field)
     wrong_filters = any(position.get(name) != value for name, value in (filters or {}).items())
-    if wrong_filters or type(after) is not field_type:
+    if wrong_filters or not _fits(after, field_type):
         raise BadRequest(MSG_OTHER_LISTING if filters else MSG_BAD_TOKEN, pointer="/page_token")
     return after
+
+
+def _fits(after: Any, field_type: type) -> bool:
+    """A list position is always an entity key, so it must be three strings to resume."""
+    if type(after) is not field_type:
+        return False
+    if isinstance(after, list):
+        return len(after) == 3 and all(type(part) is str for part in after)
+    return True
 
 
 def keyset_page(
@@ -122,6 +133,7 @@ def keyset_page(
     fetch: Callable[[Any, int], Iterable[T]],
     position_of: Callable[[T], Any],
     filters: dict[str, Any] | None = None,
+    size: int | None = None,
 ) -> Page[T]:
     """One page of a keyset listing, and the token for the next (None on the last).
 
@@ -130,8 +142,10 @@ def keyset_page(
     one row more than the page holds, so a last page needs no second query.
     ``position_of(row)`` is the position a row is resumed after (a name, a
     seq, a key as a list). The token is signed for ``scope`` and the user.
+    ``size`` is for a listing whose page size is not the usual one (a
+    changeset's ops); the view parses it, so its 422 comes before a 404.
     """
-    limit = page_size(request)
+    limit = page_size(request) if size is None else size
     after = resume_after(request, scope=scope, field=field, field_type=field_type, filters=filters)
     rows = list(fetch(after, limit + 1))
     token = None

@@ -15,7 +15,6 @@ from rest_framework.response import Response
 from atlas.api import paging, strict
 from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
-from atlas.api.keyset import page_of, refuse_token
 from atlas.api.openapi import PROBLEM
 from atlas.api.representations import changeset_repr
 from atlas.exceptions import NotFound, ValidationFailed
@@ -45,25 +44,6 @@ _PAGE_PARAMS = [
     OpenApiParameter("page_token", OpenApiTypes.STR, description="From next_page_token."),
 ]
 _MEMBERS = "``PUT|DELETE /branches/{name}/members/user/{username}``."
-
-
-def _resume_after_name(position: dict[str, Any]) -> str:
-    after = position.get("n")
-    if not isinstance(after, str):
-        raise refuse_token()
-    return after
-
-
-def _resume_after_key(position: dict[str, Any]) -> EntityKey:
-    """The key a diff page token continues after (400 when it is not one)."""
-    key = position.get("k")
-    if not (isinstance(key, list) and len(key) == 3 and all(isinstance(p, str) for p in key)):
-        raise refuse_token()
-    return EntityKey(*key)
-
-
-def _key_position(change: Any) -> dict[str, Any]:
-    return {"k": [change.key.namespace, change.key.kind, change.key.slug]}
 
 
 # Branches: cut, read, diff, merge, abandon, and who besides the creator may write.
@@ -97,20 +77,21 @@ class BranchViewSet(viewsets.ViewSet):
                 f"status must be one of {', '.join(s.STATUSES)}.",
                 errors=[{"pointer": "/status", "detail": f"One of {', '.join(s.STATUSES)}."}],
             )
-        page = page_of(
-            lambda after, limit: branch_list(
-                user=request.user, status=status, after=after, limit=limit
-            ),
-            lambda row: {"n": row.name},
+        page = paging.keyset_page(
             request,
             scope=f"branches:{status or ''}",
-            resume=_resume_after_name,
+            field="n",
+            field_type=str,
+            fetch=lambda after, limit: branch_list(
+                user=request.user, status=status, after=after, limit=limit
+            ),
+            position_of=lambda branch: branch.name,
         )
         readable = access.readable_namespaces(request.user)
-        visible = visible_changeset_ids(page.rows, readable)
-        members = member_names(page.rows)
-        results = [s.branch_repr(b, readable, visible, members) for b in page.rows]
-        return Response({"results": results, "next_page_token": page.next_token})
+        visible = visible_changeset_ids(page.results, readable)
+        members = member_names(page.results)
+        results = [s.branch_repr(b, readable, visible, members) for b in page.results]
+        return Response({"results": results, "next_page_token": page.next_page_token})
 
     @extend_schema(
         operation_id="branches_create",
@@ -163,18 +144,20 @@ class BranchViewSet(viewsets.ViewSet):
         readable = access.readable_namespaces(request.user)
         diffs = []  # the Diff the page came from: its counts ride along
 
-        def changes_after(after: EntityKey | None, limit: int) -> list[Any]:
-            diffs.append(branch_diff(branch=branch, namespaces=readable, after=after, limit=limit))
+        def changes_after(after: list[str] | None, limit: int) -> list[Any]:
+            key = EntityKey(*after) if after is not None else None
+            diffs.append(branch_diff(branch=branch, namespaces=readable, after=key, limit=limit))
             return diffs[-1].changes
 
-        page = page_of(
-            changes_after,
-            _key_position,
+        page = paging.keyset_page(
             request,
             scope=f"branch-diff:{branch.name}",
-            resume=_resume_after_key,
+            field="k",
+            field_type=list,
+            fetch=changes_after,
+            position_of=lambda change: [change.key.namespace, change.key.kind, change.key.slug],
         )
-        return Response(s.diff_repr(replace(diffs[-1], changes=page.rows), page.next_token))
+        return Response(s.diff_repr(replace(diffs[-1], changes=page.results), page.next_page_token))
 
     @extend_schema(
         operation_id="branches_merge",

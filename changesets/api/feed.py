@@ -21,7 +21,6 @@ from atlas.api import paging, strict
 from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
 from atlas.api.inputs import Errors
-from atlas.api.keyset import page_of, refuse_token
 from atlas.api.openapi import NAMESPACE_SCHEMA, PROBLEM
 from atlas.exceptions import NotFound, PermissionDenied
 from changesets.api import feed_serializers as s
@@ -107,13 +106,6 @@ def _no_body(request: Request) -> None:
         strict.validated(strict.Empty, request.data)
 
 
-def _resume_after_id(position: dict[str, Any]) -> str:
-    after_id = position.get("i")
-    if not isinstance(after_id, str):
-        raise refuse_token()
-    return after_id
-
-
 _ACTION_PROBLEMS = {403: PROBLEM, 404: PROBLEM, 409: PROBLEM}
 
 
@@ -145,15 +137,16 @@ class SubscriptionViewSet(viewsets.ViewSet):
     )
     def list(self, request: Request) -> Response:
         paging.check_known_params(request, {"page_size", "page_token"})
-        page = page_of(
-            lambda after_id, limit: subs.subscription_list(after_id=after_id)[:limit],
-            lambda row: {"i": str(row.id)},
+        page = paging.keyset_page(
             request,
             scope="subscriptions",
-            resume=_resume_after_id,
+            field="i",
+            field_type=str,
+            fetch=lambda after_id, limit: subs.subscription_list(after_id=after_id)[:limit],
+            position_of=lambda row: str(row.id),
         )
-        results = [s.subscription_repr(row) for row in page.rows]
-        return Response({"results": results, "next_page_token": page.next_token})
+        results = [s.subscription_repr(row) for row in page.results]
+        return Response({"results": results, "next_page_token": page.next_page_token})
 
     @extend_schema(
         operation_id="subscriptions_create",

@@ -1,7 +1,7 @@
 """Changeset endpoints: one viewset over the log, and ``GET /log/head``.
 
 Thin: an input serializer (:mod:`changesets.api.serializers`), one selector
-or service, a representation. Paging is :func:`atlas.api.keyset.page_of`.
+or service, a representation. Paging is :func:`atlas.api.paging.keyset_page`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from atlas.api import representations as r
 from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
-from atlas.api.keyset import MSG_OTHER_LISTING, page_of, refuse_token
 from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PROBLEM
 from atlas.api.parsers import read_limited
 from atlas.api.render import rfc3339
@@ -89,22 +88,6 @@ class _ChangesetSchema(AutoSchema):
         return body
 
 
-def _revision_position(changeset: Changeset) -> Any:
-    """Reads a ``{"c": changeset id, "i": revision id}`` token of this changeset."""
-
-    def resume(position: dict[str, Any]) -> int:
-        after = position.get("i")
-        if position.get("c") != str(changeset.id) or type(after) is not int:
-            raise refuse_token(MSG_OTHER_LISTING)
-        return after
-
-    return resume
-
-
-def _revision_key(changeset: Changeset) -> Any:
-    return lambda row: {"c": str(changeset.id), "i": row.id}
-
-
 # The log: list and read changesets; revert one, or move it between servers as NDJSON.
 # (No class docstring: drf-spectacular would make it every operation's description.)
 class ChangesetViewSet(viewsets.ViewSet):
@@ -134,26 +117,20 @@ class ChangesetViewSet(viewsets.ViewSet):
     def list(self, request: Request) -> Response:
         paging.check_known_params(request, {*ChangesetFilter.NAMES, "page_size", "page_token"})
         filters = strict.validated(ChangesetFilter, request.query_params)
-        digest = filter_digest(request)
         namespaces = access.readable_namespaces(request.user)
-
-        def resume(position: dict[str, Any]) -> int:
-            before_seq = position.get("s")
-            if position.get("f") != digest or not isinstance(before_seq, int):
-                raise refuse_token(MSG_OTHER_LISTING)
-            return before_seq
-
-        page = page_of(
-            lambda before_seq, limit: changeset_list(
-                namespaces=namespaces, before_seq=before_seq, limit=limit, **filters
-            ),
-            lambda row: {"s": row.seq, "f": digest},
+        page = paging.keyset_page(
             request,
             scope="changesets",
-            resume=resume,
+            field="s",
+            field_type=int,
+            filters={"f": filter_digest(request)},
+            fetch=lambda before_seq, limit: changeset_list(
+                namespaces=namespaces, before_seq=before_seq, limit=limit, **filters
+            ),
+            position_of=lambda row: row.seq,
         )
-        counts = visible_op_counts(changesets=page.rows, namespaces=namespaces)
-        ops = first_ops(changesets=page.rows, namespaces=namespaces, limit=LIST_OPS)
+        counts = visible_op_counts(changesets=page.results, namespaces=namespaces)
+        ops = first_ops(changesets=page.results, namespaces=namespaces, limit=LIST_OPS)
         results = [
             r.changeset_repr(
                 c,
@@ -162,9 +139,9 @@ class ChangesetViewSet(viewsets.ViewSet):
                 op_count_visible=counts[c.id],
                 ops_truncated=counts[c.id] > len(ops[c.id]),
             )
-            for c in page.rows
+            for c in page.results
         ]
-        return Response({"results": results, "next_page_token": page.next_token})
+        return Response({"results": results, "next_page_token": page.next_page_token})
 
     @extend_schema(
         operation_id="changesets_get",
@@ -189,24 +166,26 @@ class ChangesetViewSet(viewsets.ViewSet):
         )
         changeset = self.get_object()
         namespaces = access.readable_namespaces(request.user)
-        page = page_of(
-            lambda after, limit: changeset_ops(
-                changeset=changeset, namespaces=namespaces, after_id=after, limit=limit
-            ),
-            _revision_key(changeset),
+        page = paging.keyset_page(
             request,
             scope="changeset-ops",
-            resume=_revision_position(changeset),
+            field="i",
+            field_type=int,
+            filters={"c": str(changeset.id)},
+            fetch=lambda after, limit: changeset_ops(
+                changeset=changeset, namespaces=namespaces, after_id=after, limit=limit
+            ),
+            position_of=lambda revision: revision.id,
             size=size,
         )
         count = visible_op_counts(changesets=[changeset], namespaces=namespaces)[changeset.id]
         return Response(
             r.changeset_repr(
                 changeset,
-                page.rows,
+                page.results,
                 namespaces=namespaces,
                 op_count_visible=count,
-                ops_next_page_token=page.next_token,
+                ops_next_page_token=page.next_page_token,
             )
         )
 
@@ -222,18 +201,20 @@ class ChangesetViewSet(viewsets.ViewSet):
         size = paging.page_size(request)
         changeset = self.get_object()
         namespaces = access.readable_namespaces(request.user)
-        page = page_of(
-            lambda after, limit: changeset_revisions(
-                changeset=changeset, namespaces=namespaces, after_id=after, limit=limit
-            ),
-            _revision_key(changeset),
+        page = paging.keyset_page(
             request,
             scope="changeset-revisions",
-            resume=_revision_position(changeset),
+            field="i",
+            field_type=int,
+            filters={"c": str(changeset.id)},
+            fetch=lambda after, limit: changeset_revisions(
+                changeset=changeset, namespaces=namespaces, after_id=after, limit=limit
+            ),
+            position_of=lambda revision: revision.id,
             size=size,
         )
-        results = [r.revision_repr(revision, changeset) for revision in page.rows]
-        return Response({"results": results, "next_page_token": page.next_token})
+        results = [r.revision_repr(revision, changeset) for revision in page.results]
+        return Response({"results": results, "next_page_token": page.next_page_token})
 
     @extend_schema(
         operation_id="changesets_revert",
