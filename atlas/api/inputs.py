@@ -1,32 +1,36 @@
-"""Request-body checks every app's API shares, with the contract's error shape.
+"""Request-body fields and checks every app's API shares, with the contract's error shape.
 
 A bad body is one 422 listing every ``{pointer, detail}`` found (API.md
 "Errors"), so a client fixes them all in one round trip; the pointers are
-RFC 6901 paths into the body (``/ops/3/content``). Apps' APIs import these
-from here, never from each other.
+RFC 6901 paths into the body (``/ops/3/content``). The body base that
+collects them is :class:`atlas.api.strict.Body`; these are the fields of the
+entity bodies and the checks ``/batch``'s measured hand-written path shares.
+Apps' APIs import these from here, never from each other.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from atlas.exceptions import PayloadTooLarge, ValidationFailed
+from atlas.api.strict import (
+    MSG_BOOL,
+    MSG_REQUIRED,
+    MSG_STRING,
+    MSG_UNKNOWN,
+    NO_NUL,
+    FieldProblem,
+    raise_errors,
+)
+from atlas.exceptions import PayloadTooLarge
 from entities import validation as v
 
 MAX_COMMENT_LENGTH = 10_000
 MAX_PREFIX_LENGTH = 200
-MAX_ERRORS = 100
-NO_NUL = r"^[^\x00]*$"
-MSG_NOT_OBJECT = "The body must be a JSON object."
-MSG_UNKNOWN_FIELD = "Unknown field."
-MSG_REQUIRED = "This field is required."
-MSG_NOT_STRING = "Must be a string."
 MSG_COMMENT = f"At most {MAX_COMMENT_LENGTH} characters, no NUL."
-MSG_BOOL = "Must be true or false."
 
 
 class Errors:
@@ -39,20 +43,7 @@ class Errors:
         self.items.append({"pointer": pointer, "detail": detail})
 
     def raise_if_any(self) -> None:
-        if self.items:
-            first = self.items[0]
-            detail = first["detail"] if len(self.items) == 1 else f"{len(self.items)} errors."
-            raise ValidationFailed(detail, pointer=first["pointer"], errors=self.items[:MAX_ERRORS])
-
-
-def require_object(data: Any, pointer: str = "") -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ValidationFailed(
-            MSG_NOT_OBJECT,
-            pointer=pointer or "/",
-            errors=[{"pointer": pointer or "/", "detail": "Expected an object."}],
-        )
-    return data
+        raise_errors(self.items)
 
 
 def is_empty_body(data: Any) -> bool:
@@ -67,7 +58,7 @@ def check_fields(
     data: dict[str, Any], errors: Errors, prefix: str, *, required: set[str], optional: set[str]
 ) -> None:
     for name in sorted(set(data) - required - optional):
-        errors.add(f"{prefix}/{name}", MSG_UNKNOWN_FIELD)
+        errors.add(f"{prefix}/{name}", MSG_UNKNOWN)
     for name in sorted(required - set(data)):
         errors.add(f"{prefix}/{name}", MSG_REQUIRED)
 
@@ -77,27 +68,10 @@ def comment_error(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        return MSG_NOT_STRING
+        return MSG_STRING
     if len(value) > MAX_COMMENT_LENGTH or "\x00" in value:
         return MSG_COMMENT
     return None
-
-
-def check_comment(data: dict[str, Any], errors: Errors, prefix: str = "") -> str:
-    comment = data.get("comment", "")
-    error = comment_error(comment)
-    if error is not None:
-        errors.add(f"{prefix}/comment", error)
-        return ""
-    return comment or ""
-
-
-def check_bool(data: dict[str, Any], name: str, errors: Errors, prefix: str = "") -> bool:
-    value = data.get(name, False)
-    if not isinstance(value, bool):
-        errors.add(f"{prefix}/{name}", MSG_BOOL)
-        return False
-    return value
 
 
 def prefix_error(value: Any) -> str | None:
@@ -112,14 +86,6 @@ def prefix_error(value: Any) -> str | None:
 # --- fields: one description that both validates and feeds OpenAPI ------------------
 
 
-class FieldProblem(serializers.ValidationError):
-    """A field's errors at pointers inside its value (``/content/a/b``, ``/ops/3/slug``)."""
-
-    def __init__(self, items: list[tuple[str, str]]) -> None:
-        super().__init__([message for _, message in items])
-        self.items = items
-
-
 class NullChecked:
     """JSON null meets the field's own rule and message, not DRF's "may not be null"."""
 
@@ -129,72 +95,6 @@ class NullChecked:
         if data is None and not self.allow_null:
             return False, data
         return super().validate_empty_values(data)  # type: ignore[misc]
-
-
-def _bound_name(field: serializers.Field) -> str:
-    # A field in ``self.fields`` is bound, so its name is set; the stubs type
-    # ``field_name`` Optional for a field not bound yet.
-    return cast(str, field.field_name)
-
-
-# A JSON request body: exactly these fields, every error in one 422.
-#
-# The fields validate and, through drf-spectacular, describe the body, so
-# there is one description per input. Errors keep the contract's shape
-# (``{pointer, detail}``; unknown fields refused, not ignored) and the order
-# clients have always seen: unknown, missing, then ``first`` (the common
-# ``comment`` and ``dry_run``), then the rest as declared. A value over a
-# size limit answers 413 at once. (A comment, not a docstring: drf-spectacular
-# would print a docstring as the description of every body.)
-class BodySerializer(serializers.Serializer):
-    first: tuple[str, ...] = ("comment", "dry_run")
-
-    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
-        # A JSON ``null`` body is a body that is not an object (422 below), not
-        # DRF's "may not be null".
-        return False, data
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        body = require_object(data)
-        errors = Errors()
-        fields = [f for f in self.fields.values() if not f.read_only]
-        required = {_bound_name(f) for f in fields if f.required}
-        known = {_bound_name(f) for f in fields}
-        check_fields(body, errors, "", required=required, optional=known - required)
-        rank = {name: i for i, name in enumerate(self.first)}
-        fields.sort(key=lambda f: rank.get(_bound_name(f), len(rank)))
-        out: dict[str, Any] = {}
-        for field in fields:
-            name = _bound_name(field)
-            if name not in body:
-                if not field.required and field.default is not serializers.empty:
-                    out[name] = field.get_default()
-                continue
-            try:
-                out[name] = field.run_validation(body[name])
-            except FieldProblem as exc:
-                for pointer, message in exc.items:
-                    errors.add(f"/{name}{pointer}", message)
-            except serializers.ValidationError as exc:
-                for item in _flatten(exc.detail, f"/{name}"):
-                    errors.add(item["pointer"], item["detail"])
-        errors.raise_if_any()
-        return out
-
-    @classmethod
-    def parse(cls, data: Any) -> dict[str, Any]:
-        """Validate ``data`` (``request.data``) and return the values, or raise the 422."""
-        serializer = cls(data=data)
-        serializer.is_valid(raise_exception=True)
-        return dict(serializer.validated_data)
-
-
-def _flatten(detail: Any, prefix: str) -> list[dict[str, str]]:
-    if isinstance(detail, list) and all(not isinstance(d, dict | list) for d in detail):
-        return [{"pointer": prefix, "detail": str(d)} for d in detail]
-    if isinstance(detail, dict):
-        return [i for k, d in detail.items() for i in _flatten(d, f"{prefix}/{k}")]
-    return [{"pointer": prefix, "detail": str(detail)}]
 
 
 @extend_schema_field(

@@ -43,6 +43,7 @@ def comment_field() -> strict.TextField:
 
 # ``POST /changesets/{id}/revert``; no body at all reads as ``{}``.
 class RevertBodySerializer(strict.Body):
+    first = ()  # errors in declaration order, as this endpoint always answered
     dry_run = strict.StrictBooleanField(required=False, default=False)
     comment = comment_field()
 

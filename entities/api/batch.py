@@ -19,13 +19,12 @@ from django.conf import settings
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from atlas.api import strict
 from atlas.api.conditional import if_match_error
 from atlas.api.inputs import (
-    BodySerializer,
     ChoiceOf,
     ContentField,
     Errors,
-    FieldProblem,
     StrictBooleanField,
     check_fields,
     comment_field,
@@ -33,6 +32,7 @@ from atlas.api.inputs import (
     namespace_field,
     slug_field,
 )
+from atlas.api.strict import FieldProblem
 from atlas.exceptions import PayloadTooLarge
 from changesets.ops import DeleteOp, PatchOp, PutOp, WriteOp
 from entities.store import EntityKey
@@ -183,7 +183,7 @@ class OpsField(serializers.Field):
         return value
 
 
-class BatchBodySerializer(BodySerializer):
+class BatchBodySerializer(strict.Body):
     ops = OpsField()
     comment = comment_field()
     dry_run = StrictBooleanField(required=False, default=False)

@@ -15,9 +15,9 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from atlas.api import paging
+from atlas.api import paging, strict
 from atlas.api.idempotency import idempotent
-from atlas.api.inputs import BodySerializer, ChoiceOf, StrictBooleanField, namespace_field
+from atlas.api.inputs import ChoiceOf, StrictBooleanField, namespace_field
 from atlas.api.openapi import PAGE_PARAMS, PROBLEM
 from atlas.api.render import rfc3339
 from atlas.api.viewsets import ViewSet
@@ -72,16 +72,16 @@ GrantSerializer = inline_serializer(
 )
 
 
-class NamespaceCreateSerializer(BodySerializer):
+class NamespaceCreateSerializer(strict.Body):
     name = namespace_field()
     protected = StrictBooleanField(default=False)
 
 
-class NamespaceUpdateSerializer(BodySerializer):
+class NamespaceUpdateSerializer(strict.Body):
     protected = StrictBooleanField()
 
 
-class GrantBodySerializer(BodySerializer):
+class GrantBodySerializer(strict.Body):
     role = ChoiceOf(
         ["reader", "writer", "maintainer"], message="One of reader, writer, maintainer."
     )

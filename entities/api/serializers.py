@@ -12,8 +12,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from atlas.api import strict
 from atlas.api.inputs import (
-    BodySerializer,
     ContentField,
     PrefixField,
     StrictBooleanField,
@@ -57,18 +57,18 @@ class EntityPageSerializer(serializers.Serializer):
     next_page_token = serializers.CharField(allow_null=True)
 
 
-class PutBodySerializer(BodySerializer):
+class PutBodySerializer(strict.Body):
     content = ContentField(help_text="A JSON object (no U+0000, ≤ 64 levels)")
     comment = comment_field()
 
 
-class PatchBodySerializer(BodySerializer):
+class PatchBodySerializer(strict.Body):
     patch = ContentField(patch=True, help_text="RFC 7396 merge patch of content (an object)")
     comment = comment_field()
 
 
 # DELETE may carry ``{"comment"}``; no body at all is fine too.
-class DeleteBodySerializer(BodySerializer):
+class DeleteBodySerializer(strict.Body):
     comment = comment_field()
 
     @classmethod
@@ -76,7 +76,7 @@ class DeleteBodySerializer(BodySerializer):
         return {} if is_empty_body(data) else super().parse(data)
 
 
-class DeleteByQueryBodySerializer(BodySerializer):
+class DeleteByQueryBodySerializer(strict.Body):
     namespace = namespace_field()
     kind = kind_field(required=False, allow_null=True)
     slug_prefix = PrefixField()
