@@ -247,6 +247,61 @@ def _close_empty_merge(branch: Branch, actor: User) -> None:
         close_branch(branch.pk, status=BranchStatus.MERGED, now=timezone.now())
 
 
+def _checked_merge_plan(branch: Branch, actor: User) -> list[OverlayChange]:
+    """Steps 0-2 of :func:`branch_merge`: the plan, once the caller may land all of it.
+
+    Refusals come in the order that reveals least: permissions and the op
+    limit on the counts (no content read), again on the plan (a branch write
+    may have slipped in between), and only then conflicts, so a conflict
+    never names a key the caller may not write.
+    """
+    require_open(branch.name, branch.status)
+    counts = overlay_change_counts(branch=branch)
+    _require_merge_permission(actor, branch.name, counts)
+    _require_within_limit(branch.name, sum(counts.values()))
+    plan = overlay_changes(branch=branch, with_content=True)
+    _require_merge_permission(actor, branch.name, {c.key.namespace for c in plan} - {*counts})
+    _require_within_limit(branch.name, len(plan))
+    conflicts = [c for c in plan if c.conflict]
+    if conflicts:
+        raise merge_conflict(branch.name, conflicts)
+    return plan
+
+
+def _land_merge(
+    branch: Branch, actor: User, plan: list[OverlayChange], *, comment: str, dry_run: bool
+) -> MergeResult:
+    """Steps 3-4 of :func:`branch_merge`: land the plan as one changeset, or close.
+
+    Raises :class:`~branches.exceptions.PlanMoved` when the plan no longer
+    holds under the locks; the caller plans again.
+    """
+    if not plan:
+        if not dry_run:
+            _close_empty_merge(branch, actor)
+            branch.refresh_from_db()
+        return MergeResult(branch=branch, changeset=None, dry_run=dry_run)
+    result = changeset_apply(
+        store=MergeStore(branch, plan),
+        actor=actor,
+        ops=_merge_ops(plan),
+        rpc=Rpc.MERGE_BRANCH,
+        comment=comment,
+        dry_run=dry_run,
+    )
+    if result.changeset is None and not dry_run:  # pragma: no cover - plan said it moves
+        _close_empty_merge(branch, actor)
+    if not dry_run:
+        branch.refresh_from_db()
+    return MergeResult(
+        branch=branch,
+        changeset=result.changeset,
+        merged=[EntityKey(r.namespace, r.kind, r.slug) for r in result.revisions],
+        revisions=result.revisions,
+        dry_run=dry_run,
+    )
+
+
 def branch_merge(
     *, branch: Branch, actor: User, dry_run: bool = False, comment: str = ""
 ) -> MergeResult:
@@ -281,44 +336,9 @@ def branch_merge(
     """
     _require_visible(branch, actor)
     for _ in range(MERGE_ATTEMPTS):
-        require_open(branch.name, branch.status)
-        counts = overlay_change_counts(branch=branch)
-        _require_merge_permission(actor, branch.name, counts)
-        _require_within_limit(branch.name, sum(counts.values()))
-        plan = overlay_changes(branch=branch, with_content=True)
-        _require_merge_permission(actor, branch.name, {c.key.namespace for c in plan} - {*counts})
-        _require_within_limit(branch.name, len(plan))
-        conflicts = [c for c in plan if c.conflict]
-        if conflicts:
-            raise merge_conflict(branch.name, conflicts)
+        plan = _checked_merge_plan(branch, actor)
         try:
-            if not plan:
-                if not dry_run:
-                    _close_empty_merge(branch, actor)
-                    branch.refresh_from_db()
-                return MergeResult(branch=branch, changeset=None, dry_run=dry_run)
-            result = changeset_apply(
-                store=MergeStore(branch, plan),
-                actor=actor,
-                ops=_merge_ops(plan),
-                rpc=Rpc.MERGE_BRANCH,
-                comment=comment,
-                dry_run=dry_run,
-            )
+            return _land_merge(branch, actor, plan, comment=comment, dry_run=dry_run)
         except PlanMoved:
             continue
-        if result.changeset is None and not dry_run:  # pragma: no cover - plan said it moves
-            try:
-                _close_empty_merge(branch, actor)
-            except PlanMoved:
-                continue
-        if not dry_run:
-            branch.refresh_from_db()
-        return MergeResult(
-            branch=branch,
-            changeset=result.changeset,
-            merged=[EntityKey(r.namespace, r.kind, r.slug) for r in result.revisions],
-            revisions=result.revisions,
-            dry_run=dry_run,
-        )
     raise Conflict(f"Branch {branch.name!r} kept changing while it was being merged; retry.")

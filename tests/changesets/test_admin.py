@@ -22,7 +22,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from atlas.admin_mixins import EstimatedCountPaginator
-from changesets.admin.log import ChangesetQuerySet
+from changesets.admin.changelist import ChangesetQuerySet
 from changesets.models import Changeset, JournalEntry, Rpc, Subscription
 from changesets.ops import PutOp
 from changesets.services.apply import changeset_apply
