@@ -84,3 +84,14 @@ def bwrite() -> Callable[..., ApplyResult]:
         return changeset_apply(store=store, actor=actor, ops=ops, rpc=rpc, **kw)
 
     return apply
+
+
+@pytest.fixture
+def wendy(writer):
+    """The branch tests' writer of ``acme.orders``."""
+    return writer
+
+
+@pytest.fixture
+def api(client_for, wendy):
+    return client_for(wendy)

@@ -51,16 +51,6 @@ def put(client: Any, slug: str, content: dict, *, branch: str | None = None, **k
 
 
 @pytest.fixture
-def wendy(writer):
-    return writer
-
-
-@pytest.fixture
-def api(client_for, wendy):
-    return client_for(wendy)
-
-
-@pytest.fixture
 def feature(api, wendy, write):
     """Baseline a=1, b=1 and a branch ``feature`` cut by wendy (via the API)."""
     write(wendy, f"{NS}/order/a", {"n": 1})

@@ -43,16 +43,6 @@ def member_url(username: str, branch: str = "feature") -> str:
 
 
 @pytest.fixture
-def wendy(writer):
-    return writer
-
-
-@pytest.fixture
-def api(client_for, wendy):
-    return client_for(wendy)
-
-
-@pytest.fixture
 def feature(api, wendy, write):
     """Baseline a=1; wendy's branch ``feature`` has written a (so readers of NS see it)."""
     write(wendy, f"{NS}/order/a", {"n": 1})

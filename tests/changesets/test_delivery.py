@@ -25,7 +25,6 @@ from changesets.selectors import feed
 from changesets.services.apply import changeset_apply
 from entities.store import baseline
 from tests.changesets.helpers import key
-from tests.changesets.worker_helpers import receiver_factory
 from tests.entities.factories import NamespaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -41,22 +40,6 @@ def webhook_settings(settings):
     settings.ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS = 1
     settings.ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS = 60
     return settings
-
-
-@pytest.fixture
-def receivers():
-    with receiver_factory() as make:
-        yield make
-
-
-@pytest.fixture
-def no_wake(monkeypatch):
-    """Record pump wake-ups instead of running them (eager Celery would run them inline)."""
-    woken: list[tuple[str, float | None]] = []
-    monkeypatch.setattr(
-        pumps, "enqueue_pump", lambda sid, countdown=None: woken.append((sid, countdown))
-    )
-    return woken
 
 
 def subscribe(url: str, **kw: Any) -> Subscription:

@@ -33,7 +33,7 @@ from changesets.selectors import feed
 from changesets.services.apply import changeset_apply
 from entities.store import baseline
 from tests.changesets.helpers import key
-from tests.changesets.worker_helpers import Delivery, receiver_factory
+from tests.changesets.worker_helpers import Delivery
 from tests.entities.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -51,21 +51,6 @@ def webhook_settings(settings):
     settings.ATLAS_WEBHOOK_MAX_BODY_BYTES = 1024 * 1024
     settings.ATLAS_WEBHOOK_MAX_ATTEMPTS = 20
     return settings
-
-
-@pytest.fixture
-def receivers():
-    with receiver_factory() as make:
-        yield make
-
-
-@pytest.fixture
-def no_wake(monkeypatch):
-    woken: list[tuple[str, float | None]] = []
-    monkeypatch.setattr(
-        pumps, "enqueue_pump", lambda sid, countdown=None: woken.append((sid, countdown))
-    )
-    return woken
 
 
 @pytest.fixture

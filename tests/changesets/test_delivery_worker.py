@@ -26,7 +26,6 @@ from tests.changesets.worker_helpers import (
     Broker,
     celery_configured,
     real_broker,
-    receiver_factory,
     wait_for,
     worker_factory,
 )
@@ -47,12 +46,6 @@ def broker() -> Iterator[Broker]:
 def start_worker(broker):
     with worker_factory(broker) as start:
         yield start
-
-
-@pytest.fixture
-def receivers():
-    with receiver_factory() as make:
-        yield make
 
 
 @pytest.fixture(autouse=True)
