@@ -205,7 +205,7 @@ def test_export_only_includes_readable_namespaces(make_user, client_for, staff, 
     assert_problem(export(client_for(reader), hidden), 404)
 
 
-@pytest.mark.parametrize("changeset_id", [str(uuid.uuid4()), "nope"])
+@pytest.mark.parametrize("changeset_id", ["5d0a8b4e-3f1c-4b7a-9e26-8c1d2f0a7b13", "nope"])
 def test_export_unknown_is_404(api, namespace, changeset_id):
     assert_problem(export(api, changeset_id), 404)
 
