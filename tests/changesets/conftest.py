@@ -9,6 +9,17 @@ from tests.changesets.worker_helpers import receiver_factory
 
 
 @pytest.fixture
+def webhook_settings(settings):
+    """Deliveries to loopback receivers, with short timeouts and backoff."""
+    settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS = True
+    settings.ATLAS_WEBHOOK_TIMEOUT_SECONDS = 2
+    settings.ATLAS_WEBHOOK_PAGE_SIZE = 100
+    settings.ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS = 1
+    settings.ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    return settings
+
+
+@pytest.fixture
 def receivers():
     """``receivers(...)`` starts an HTTP receiver on loopback; all stop after the test."""
     with receiver_factory() as make:

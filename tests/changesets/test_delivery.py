@@ -33,13 +33,8 @@ NS = "acme.orders"
 
 
 @pytest.fixture(autouse=True)
-def webhook_settings(settings):
-    settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS = True
-    settings.ATLAS_WEBHOOK_TIMEOUT_SECONDS = 2
-    settings.ATLAS_WEBHOOK_PAGE_SIZE = 100
-    settings.ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS = 1
-    settings.ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS = 60
-    return settings
+def webhook_settings(webhook_settings):
+    return webhook_settings
 
 
 def subscribe(url: str, **kw: Any) -> Subscription:

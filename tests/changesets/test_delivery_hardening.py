@@ -42,12 +42,8 @@ NS = "acme.orders"
 
 
 @pytest.fixture(autouse=True)
-def webhook_settings(settings):
-    settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS = True
-    settings.ATLAS_WEBHOOK_TIMEOUT_SECONDS = 2
-    settings.ATLAS_WEBHOOK_PAGE_SIZE = 100
-    settings.ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS = 1
-    settings.ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+def webhook_settings(webhook_settings):
+    settings = webhook_settings
     settings.ATLAS_WEBHOOK_MAX_BODY_BYTES = 1024 * 1024
     settings.ATLAS_WEBHOOK_MAX_ATTEMPTS = 20
     return settings
