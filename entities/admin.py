@@ -32,6 +32,7 @@ from atlas.admin_mixins import (
     admin_roles,
     loose_index_scan,
     pretty_json,
+    readable_namespace_choices,
 )
 from atlas.exceptions import AtlasError
 from entities.access import Role
@@ -190,11 +191,7 @@ class EntityNamespaceFilter(admin.SimpleListFilter):
     parameter_name = "namespace"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        readable = admin_roles(request).readable()
-        names = Namespace.objects.values_list("name", flat=True).order_by("name")
-        if readable is not None:
-            names = names.filter(name__in=readable)
-        return [(n, n) for n in names[:100]]
+        return readable_namespace_choices(request, limit=100)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
         value = self.value()

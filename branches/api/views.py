@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from atlas.api import paging, strict
 from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
-from atlas.api.openapi import PROBLEM
+from atlas.api.openapi import PAGE_PARAMS, PROBLEM
 from atlas.api.representations import changeset_repr
 from atlas.exceptions import NotFound, ValidationFailed
 from branches import services
@@ -39,10 +39,6 @@ IDEMPOTENCY_PARAM = OpenApiParameter(
     OpenApiParameter.HEADER,
     description="Replays the first response for the same principal, key and request.",
 )
-_PAGE_PARAMS = [
-    OpenApiParameter("page_size", OpenApiTypes.INT, description="Default 50, max 500."),
-    OpenApiParameter("page_token", OpenApiTypes.STR, description="From next_page_token."),
-]
 _MEMBERS = "``PUT|DELETE /branches/{name}/members/user/{username}``."
 
 
@@ -66,7 +62,7 @@ class BranchViewSet(viewsets.ViewSet):
     @extend_schema(
         operation_id="branches_list",
         summary="Branches you can see, by name",
-        parameters=[OpenApiParameter("status", OpenApiTypes.STR, enum=s.STATUSES), *_PAGE_PARAMS],
+        parameters=[OpenApiParameter("status", OpenApiTypes.STR, enum=s.STATUSES), *PAGE_PARAMS],
         responses={200: s.BranchPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
     def list(self, request: Request) -> Response:
@@ -134,7 +130,7 @@ class BranchViewSet(viewsets.ViewSet):
     @extend_schema(
         operation_id="branches_diff",
         summary="What the branch changed (paged, in key order), and how far baseline moved",
-        parameters=_PAGE_PARAMS,
+        parameters=PAGE_PARAMS,
         responses={200: s.DiffSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     @action(detail=True, methods=["get"])

@@ -18,9 +18,8 @@ from django.db.models import Min, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from atlas.admin_mixins import admin_roles, loose_index_scan
+from atlas.admin_mixins import admin_roles, loose_index_scan, readable_namespace_choices
 from changesets.models import BASELINE
-from entities.models import Namespace
 
 # Filter choices listed at most (the URL still filters by any value).
 MAX_CHOICES = 100
@@ -81,11 +80,7 @@ class NamespaceFilter(admin.SimpleListFilter):
     parameter_name = "namespace"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        readable = admin_roles(request).readable()
-        names = Namespace.objects.values_list("name", flat=True).order_by("name")
-        if readable is not None:
-            names = names.filter(name__in=readable)
-        return [(n, n) for n in names[:MAX_CHOICES]]
+        return readable_namespace_choices(request, limit=MAX_CHOICES)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
         value = self.value()
