@@ -204,6 +204,10 @@ class JournalEntry(models.Model):
     phase = models.CharField(
         max_length=10, choices=JournalPhase.choices, default=JournalPhase.COMMITTED
     )
+    # The changeset's seq, copied so the relay's "next outstanding in seq order"
+    # is one seek on ``journal_pending`` with no join (issue 15: the wake query
+    # must not slow down as the backlog grows).
+    seq = models.BigIntegerField()
     created_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
@@ -216,9 +220,9 @@ class JournalEntry(models.Model):
         verbose_name_plural = "journal entries"
         indexes = [
             models.Index(
-                fields=["created_at"],
+                fields=["seq"],
                 condition=Q(phase="committed"),
-                name="journal_outstanding",
+                name="journal_pending",
             ),
             models.Index(fields=["failures"], condition=Q(failures__gt=0), name="journal_failed"),
         ]

@@ -105,11 +105,11 @@ def journal_publish(*, changeset_id: Any) -> str:
 
 
 def outstanding(*, older_than: timedelta | None = None):
-    """Entries still ``committed``, oldest first (off the ``journal_outstanding`` index)."""
+    """Entries still ``committed``, oldest first (off the ``journal_pending`` index)."""
     qs = JournalEntry.objects.filter(phase=JournalPhase.COMMITTED)
     if older_than is not None:
         qs = qs.filter(created_at__lt=timezone.now() - older_than)
-    return qs.order_by("created_at", "pk")
+    return qs.order_by("seq")
 
 
 @dataclass

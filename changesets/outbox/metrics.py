@@ -10,7 +10,7 @@ random. The database is the one place that knows the totals, so:
   higher ``seq`` than the last one counted. That is exact because the log is
   append-only (invariant 7) and seq order is commit order (invariant 6).
 - journal and subscription figures are read from their rows (outstanding
-  entries use the ``journal_outstanding`` partial index; failures the
+  entries use the ``journal_pending`` partial index; failures the
   ``journal_failed`` one), so they are equal whichever process answers.
 
 The feed page latency histogram is genuinely per process. With several web

@@ -54,9 +54,9 @@ _CHANGESET = (
     " %(op_count)s::int, %(namespaces)s::varchar[], h.prev_hash, h.hash FROM h),"
 )
 _JOURNAL = (
-    " j AS (INSERT INTO changesets_journalentry (changeset_id, phase, created_at,"
+    " j AS (INSERT INTO changesets_journalentry (changeset_id, seq, phase, created_at,"
     " published_at, attempts, last_error, failures)"
-    " SELECT %(id)s::uuid, 'committed', h.at, NULL, 0, '', 0 FROM h),"
+    " SELECT %(id)s::uuid, h.seq, 'committed', h.at, NULL, 0, '', 0 FROM h),"
 )
 # Rows in written order (ids follow it, and the chain digests revisions in id
 # order), zipped from one JSON document of keys, ops and versions and one per
