@@ -208,9 +208,9 @@ def input_rules_schema_hook(
     """drf-spectacular postprocessing: the input rules every view shares.
 
     Request bodies refuse unknown fields (422), so their objects are closed;
-    an empty optional query parameter counts as absent; ``page_size`` and
-    ``limit`` below 1 are 422; ``Idempotency-Key`` is 1-255 printable
-    characters (``atlas.api.idempotency``).
+    an array query parameter is repeated; an empty optional query parameter
+    counts as absent; ``page_size`` and ``limit`` below 1 are 422;
+    ``Idempotency-Key`` is 1-255 printable characters (``atlas.api.idempotency``).
     """
     for name, component in result.get("components", {}).get("schemas", {}).items():
         if name.endswith("Request") and component.get("type") == "object":
@@ -221,6 +221,10 @@ def input_rules_schema_hook(
                 continue
             for parameter in operation.get("parameters", []):
                 schema = parameter.get("schema", {})
+                if parameter["in"] == "query" and schema.get("type") == "array":
+                    # Repeated (``?namespace=a&namespace=b``): OpenAPI's default, said aloud.
+                    parameter.setdefault("explode", True)
+                    parameter.setdefault("style", "form")
                 if parameter["in"] == "query" and not parameter.get("required"):
                     # Every view reads an empty query parameter as an absent one.
                     parameter["allowEmptyValue"] = True

@@ -2,10 +2,11 @@
 
 A bad body is one 422 listing every ``{pointer, detail}`` found (API.md
 "Errors"), so a client fixes them all in one round trip; the pointers are
-RFC 6901 paths into the body (``/ops/3/content``). The body base that
-collects them is :class:`atlas.api.strict.Body`; these are the fields of the
-entity bodies and the checks ``/batch``'s measured hand-written path shares.
-Apps' APIs import these from here, never from each other.
+RFC 6901 paths into the body (``/ops/3/content``). The body and query bases
+that collect them, and the fields that only check a JSON type, are in
+:mod:`atlas.api.strict`; here are the fields that carry a domain rule (names,
+content, the ``comment`` of every body) and the checks ``/batch``'s measured
+hand-written path shares. Apps' APIs import these from here, never from each other.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import empty
 
 from atlas.api.strict import (
-    MSG_BOOL,
     MSG_REQUIRED,
     MSG_STRING,
     MSG_UNKNOWN,
     NO_NUL,
     FieldProblem,
+    Query,
     raise_errors,
 )
 from atlas.exceptions import PayloadTooLarge
@@ -44,14 +46,6 @@ class Errors:
 
     def raise_if_any(self) -> None:
         raise_errors(self.items)
-
-
-def is_empty_body(data: Any) -> bool:
-    """No body at all: DRF hands the view an empty dict (or QueryDict).
-
-    A body that is JSON ``""`` or ``null`` is a body, and not an object: 422.
-    """
-    return isinstance(data, dict) and not data
 
 
 def check_fields(
@@ -101,13 +95,17 @@ class NullChecked:
     {"type": "string", "maxLength": MAX_COMMENT_LENGTH, "pattern": NO_NUL, "nullable": True}
 )
 class CommentField(serializers.Field):
-    """Any text up to the limit, empty or null included (null = empty), without U+0000."""
+    """Any text up to the limit, empty or null included (null reads as ``""``), without
+    U+0000: the ``comment`` of every body that writes or records something."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
         kwargs.setdefault("allow_null", True)
         kwargs.setdefault("help_text", "The client's comment.")
         super().__init__(**kwargs)
+
+    def run_validation(self, data: Any = empty) -> str:
+        return "" if data is None else super().run_validation(data)
 
     def to_internal_value(self, data: Any) -> str:
         error = comment_error(data)
@@ -140,17 +138,6 @@ class PrefixField(serializers.Field):
         return value
 
 
-class StrictBooleanField(NullChecked, serializers.BooleanField):
-    """JSON ``true`` or ``false`` only: ``"yes"`` or ``1`` is a 422, not a guess."""
-
-    default_error_messages = {"invalid": MSG_BOOL}
-
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            self.fail("invalid")
-        return data
-
-
 class NameField(NullChecked, serializers.Field):
     """A name checked by one of ``entities.validation``'s rules, with its message."""
 
@@ -175,11 +162,14 @@ class NameFieldScheme(OpenApiSerializerFieldExtension):
     target_class = NameField
 
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        # As DRF's RegexField was described: never blank, then the name's own limits.
+        # In a body as DRF's RegexField was described: never blank, then the name's own
+        # limits. In a query an empty value is absent, so no ``minLength`` there.
         schema: dict[str, Any] = {"type": "string"}
         if self.target.allow_null:
             schema["nullable"] = True
-        schema.update(minLength=1, maxLength=self.target.schema["maxLength"])
+        if not isinstance(self.target.root, Query):
+            schema["minLength"] = 1
+        schema["maxLength"] = self.target.schema["maxLength"]
         schema["pattern"] = self.target.schema["pattern"]
         return schema
 

@@ -17,6 +17,10 @@ RFC 6901 pointer. So:
    own pointers (``/namespaces/2``).
 3. A field absent from the body is absent from ``validated_data`` unless it
    has a default, so a partial update changes only what was sent.
+4. :class:`Query` reads query parameters the same way (one 422 with every
+   error, a pointer each); an empty value is an absent one.
+
+Every view reads an input with :func:`validated`, a body or a query alike.
 
 The same field objects give drf-spectacular the schema (types, patterns,
 lengths, defaults), so what the document says is what is checked.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from django.http import QueryDict
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
@@ -124,28 +128,32 @@ class Body(serializers.Serializer):
         raise_errors(errors)
         return values
 
-    @classmethod
-    def parse(cls, data: Any) -> dict[str, Any]:
-        """Validate ``data`` (``request.data``) and return the values, or raise the 422."""
-        return validated(cls, data)
-
 
 # A body with no fields: none at all, or ``{}``.
 class Empty(Body):
     pass
 
 
-# Query parameters: each field reads its one value (the last, like Django); an
-# empty value counts as absent unless the field ``keeps_empty``. Unknown parameters
-# are the view's business (``paging.check_known_params``): some endpoints accept any.
+# Query parameters: each field reads its one value (the last, like Django), or all
+# of them if it is a ``ListField`` (a repeatable parameter). An empty value counts
+# as absent unless the field ``keeps_empty``; an absent field takes its default, if
+# it has one. Unknown parameters are the view's business (``paging.check_known_params``
+# with :meth:`names`): some endpoints accept any.
 class Query(serializers.Serializer):
+    @classmethod
+    def names(cls) -> set[str]:
+        """The parameters this query reads: what ``check_known_params`` lets through."""
+        return set(cls._declared_fields)
+
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         params = data if isinstance(data, QueryDict) else QueryDict(mutable=True)
         errors: list[dict[str, str]] = []
         values: dict[str, Any] = {}
         for name, field in self.fields.items():
-            raw = params.get(name)
-            if raw is None or (raw == "" and not getattr(field, "keeps_empty", False)):
+            raw = _sent(params, name, field)
+            if raw is None:
+                if field.default is not empty:
+                    values[name] = field.get_default()
                 continue
             try:
                 values[name] = field.run_validation(raw)
@@ -160,15 +168,33 @@ class Query(serializers.Serializer):
         raise_errors(errors)
 
 
+def _sent(params: QueryDict, name: str, field: serializers.Field) -> Any:
+    """What the client sent for ``field`` (a list for a repeatable one), or None if nothing."""
+    if isinstance(field, serializers.ListField):
+        return [value for value in params.getlist(name) if value != ""] or None
+    raw = params.get(name)
+    if raw == "" and not getattr(field, "keeps_empty", False):
+        return None
+    return raw
+
+
+def refuse_naming(name: str, errors: list[dict[str, str]]) -> NoReturn:
+    """The 422 some single-parameter checks always answered: ``detail`` names the
+    parameter (``dry_run must be true or false.``) and there is no top-level pointer."""
+    detail = errors[0]["detail"]
+    raise ValidationFailed(f"{name} {detail[:1].lower()}{detail[1:]}", errors=errors)
+
+
 def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    """``data`` checked by ``serializer_class``: its values, or the 422 it raises."""
+    """``data`` (a body or ``request.query_params``) checked by ``serializer_class``:
+    its values, or the 422 it raises. The one way every view reads an input."""
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
 
 
 class StrictBooleanField(serializers.BooleanField):
-    """A JSON ``true`` or ``false``; nothing else (not ``"yes"``, not ``1``)."""
+    """A JSON ``true`` or ``false`` only: ``"yes"``, ``1`` or null is a 422, not a guess."""
 
     default_error_messages = {"invalid": MSG_BOOL, "null": MSG_BOOL}
 
@@ -190,6 +216,70 @@ class QueryBooleanField(serializers.BooleanField):
         return value in ("true", "1")
 
 
+# The query fields below are plain ``Field``s described by an extension: drf-spectacular
+# reads a ``CharField``'s or ``ChoiceField``'s ``allow_blank`` into ``minLength: 1`` or
+# a ``oneOf`` with the empty string, neither of which a query value needs (empty is absent).
+
+
+class QueryChoiceField(serializers.Field):
+    """A query value that is one of ``choices``; anything else is ``One of a, b, c.``"""
+
+    def __init__(self, choices: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.choices = list(choices)
+        self.message = f"One of {', '.join(self.choices)}."
+
+    def run_validation(self, data: Any = empty) -> str:
+        if data not in self.choices:
+            raise serializers.ValidationError(self.message)
+        return str(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class _QueryChoiceSchema(OpenApiSerializerFieldExtension):
+    target_class = QueryChoiceField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        return {"type": "string", "enum": sorted(self.target.choices)}
+
+
+class QueryIntField(serializers.Field):
+    """An integer query value: below ``minimum`` is a 422, above ``maximum`` is clamped
+    to it (API.md "Decisions that close open points"), as ``int()`` reads it."""
+
+    default_error_messages = {
+        "integer": "Must be an integer.",
+        "minimum": "Must be at least {minimum}.",
+    }
+
+    def __init__(self, *, maximum: int, minimum: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.maximum = maximum
+        self.minimum = minimum
+
+    def run_validation(self, data: Any = empty) -> int:
+        try:
+            value = int(data)
+        except (TypeError, ValueError):
+            self.fail("integer")
+        if value < self.minimum:
+            self.fail("minimum", minimum=self.minimum)
+        return min(value, self.maximum)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class _QueryIntSchema(OpenApiSerializerFieldExtension):
+    target_class = QueryIntField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        # No ``maximum``: a larger value is not refused, it is clamped.
+        return {"type": "integer", "minimum": self.target.minimum}
+
+
 class StrictCharField(serializers.CharField):
     """Any JSON string, as sent (no trimming); anything else gets ``message``."""
 
@@ -201,39 +291,6 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return data
-
-
-class TextField(serializers.Field):
-    """A JSON string of at most ``max_length`` characters without U+0000; null reads as ``""``."""
-
-    default_error_messages = {
-        "type": MSG_STRING,
-        "invalid": "At most {max_length} characters, no NUL.",
-    }
-
-    def __init__(self, *, max_length: int, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_null", True)
-        super().__init__(**kwargs)
-        self.max_length = max_length
-
-    def run_validation(self, data: Any = empty) -> str:
-        if data is None:
-            return ""
-        if not isinstance(data, str):
-            self.fail("type")
-        if len(data) > self.max_length or "\x00" in data:
-            self.fail("invalid", max_length=self.max_length)
-        return data
-
-    def to_representation(self, value: Any) -> Any:
-        return value
-
-
-class _TextFieldSchema(OpenApiSerializerFieldExtension):
-    target_class = TextField
-
-    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        return {"type": "string", "maxLength": self.target.max_length, "pattern": NO_NUL}
 
 
 class StrictChoiceField(serializers.ChoiceField):
@@ -305,11 +362,13 @@ __all__ = [
     "CheckedRegexField",
     "Query",
     "QueryBooleanField",
+    "QueryChoiceField",
+    "QueryIntField",
     "StrictBooleanField",
     "StrictCharField",
     "StrictChoiceField",
     "StrictRegexField",
-    "TextField",
     "raise_errors",
+    "refuse_naming",
     "validated",
 ]

@@ -14,9 +14,10 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from atlas.api import strict
-from atlas.api.inputs import MAX_COMMENT_LENGTH
+from atlas.api.inputs import comment_field
 from atlas.api.render import rfc3339
 from atlas.api.representations import ChangesetSerializer
+from atlas.exceptions import ValidationFailed
 from branches.models import MSG_NAME, NAME_PATTERN, Branch, BranchStatus
 from branches.selectors import (
     Diff,
@@ -128,12 +129,6 @@ class BranchPageSerializer(serializers.Serializer):
 # --- inputs ------------------------------------------------------------------------
 
 
-def comment_field() -> strict.TextField:
-    return strict.TextField(
-        max_length=MAX_COMMENT_LENGTH, required=False, help_text="The client's comment."
-    )
-
-
 # Fields in the order their errors are reported.
 class BranchCreateSerializer(strict.Body):
     comment = comment_field()
@@ -162,6 +157,15 @@ class DiffSerializer(serializers.Serializer):
     ahead = serializers.IntegerField(help_text="The branch's changesets")
     changes = BranchChangeSerializer(many=True, help_text="One page, in key order")
     next_page_token = serializers.CharField(allow_null=True)
+
+
+# ``GET /branches?status=``; paging is ``keyset_page``'s.
+class BranchListQuery(strict.Query):
+    status = strict.QueryChoiceField(STATUSES, required=False)
+
+    def refuse(self, errors: list[dict[str, str]]) -> None:
+        # As this listing always answered: the parameter named in the detail.
+        raise ValidationFailed(f"status must be one of {', '.join(STATUSES)}.", errors=errors)
 
 
 # ``{"dry_run"?, "comment"?}``; no body at all reads as ``{}``.

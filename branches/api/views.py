@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -15,9 +14,9 @@ from rest_framework.response import Response
 from atlas.api import paging, strict
 from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
-from atlas.api.openapi import PAGE_PARAMS, PROBLEM
+from atlas.api.openapi import IDEMPOTENCY_PARAM, PAGE_PARAMS, PROBLEM
 from atlas.api.representations import changeset_repr
-from atlas.exceptions import NotFound, ValidationFailed
+from atlas.exceptions import NotFound
 from branches import services
 from branches.api import serializers as s
 from branches.models import Branch
@@ -33,12 +32,6 @@ from branches.selectors import (
 from entities import access
 from entities.store import EntityKey
 
-IDEMPOTENCY_PARAM = OpenApiParameter(
-    "Idempotency-Key",
-    OpenApiTypes.STR,
-    OpenApiParameter.HEADER,
-    description="Replays the first response for the same principal, key and request.",
-)
 _MEMBERS = "``PUT|DELETE /branches/{name}/members/user/{username}``."
 
 
@@ -62,17 +55,12 @@ class BranchViewSet(viewsets.ViewSet):
     @extend_schema(
         operation_id="branches_list",
         summary="Branches you can see, by name",
-        parameters=[OpenApiParameter("status", OpenApiTypes.STR, enum=s.STATUSES), *PAGE_PARAMS],
+        parameters=[s.BranchListQuery, *PAGE_PARAMS],
         responses={200: s.BranchPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
     def list(self, request: Request) -> Response:
-        paging.check_known_params(request, {"status", "page_size", "page_token"})
-        status = request.query_params.get("status") or None
-        if status is not None and status not in s.STATUSES:
-            raise ValidationFailed(
-                f"status must be one of {', '.join(s.STATUSES)}.",
-                errors=[{"pointer": "/status", "detail": f"One of {', '.join(s.STATUSES)}."}],
-            )
+        paging.check_known_params(request, {*s.BranchListQuery.names(), "page_size", "page_token"})
+        status = strict.validated(s.BranchListQuery, request.query_params).get("status")
         page = paging.keyset_page(
             request,
             scope=f"branches:{status or ''}",

@@ -9,8 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import BasePermission
@@ -20,18 +19,14 @@ from rest_framework.response import Response
 from atlas.api import paging, strict
 from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
-from atlas.api.inputs import Errors
-from atlas.api.openapi import NAMESPACE_SCHEMA, PROBLEM
+from atlas.api.openapi import PAGE_PARAMS, PROBLEM
 from atlas.exceptions import NotFound, PermissionDenied
 from changesets.api import feed_serializers as s
-from changesets.models import Capture, Subscription
+from changesets.models import Subscription
 from changesets.outbox import metrics
 from changesets.outbox import subscriptions as subs
 from changesets.selectors import feed
 from entities import access
-from entities import validation as v
-
-CAPTURES = s.CAPTURES
 
 
 # ``GET /changes``: baseline changes after a cursor, in commit order. (No class
@@ -40,51 +35,25 @@ class ChangeFeedViewSet(viewsets.ViewSet):
     @extend_schema(
         operation_id="changes_list",
         summary="The change feed: baseline changes after a cursor, in commit order",
-        parameters=[
-            OpenApiParameter(
-                "since",
-                OpenApiTypes.STR,
-                description="A next_cursor from an earlier page; absent = from the beginning.",
-            ),
-            OpenApiParameter("capture", OpenApiTypes.STR, enum=CAPTURES),
-            OpenApiParameter(
-                "namespace",
-                {"type": "array", "items": NAMESPACE_SCHEMA},
-                style="form",
-                explode=True,
-                description="Only these namespaces (repeatable); always limited to readable ones.",
-            ),
-            OpenApiParameter("limit", OpenApiTypes.INT, description="Default 100, max 1000."),
-        ],
+        parameters=[s.FeedQuery],
         responses={200: s.FeedPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
     def list(self, request: Request) -> Response:
-        params = request.query_params
-        paging.check_known_params(request, {"since", "capture", "namespace", "limit"})
-        errors = Errors()
-        capture = params.get("capture") or Capture.NEW_VALUES
-        if capture not in CAPTURES:
-            errors.add("/capture", f"One of {', '.join(CAPTURES)}.")
-        requested = [n for n in params.getlist("namespace") if n != ""] or None
-        for name in requested or []:
-            if not v.is_valid_namespace(name):
-                errors.add("/namespace", v.MSG_NAMESPACE)
-        limit = paging.int_param(
-            request, "limit", default=feed.DEFAULT_LIMIT, maximum=feed.MAX_LIMIT
-        )
-        errors.raise_if_any()
-        since = params.get("since")
-        after_seq = feed.cursor_decode(since) if since else 0
+        paging.check_known_params(request, s.FeedQuery.names())
+        query = strict.validated(s.FeedQuery, request.query_params)
         readable = access.readable_namespaces(request.user)
-        namespaces = feed.effective_namespaces(readable, requested)
+        namespaces = feed.effective_namespaces(readable, query.get("namespace"))
         with metrics.feed_page_timer("pull"):
             page = feed.feed_page(
-                after_seq=after_seq, namespaces=namespaces, capture=capture, limit=limit
+                after_seq=query["after_seq"],
+                namespaces=namespaces,
+                capture=query["capture"],
+                limit=query["limit"],
             )
         body = page.as_dict()
         body["watermark"] = feed.visible_watermark(body["watermark"], readable)
-        if not page.records and since:
-            body["next_cursor"] = since  # an empty page keeps the reader where it was
+        if not page.records and "since" in query:
+            body["next_cursor"] = query["since"]  # an empty page keeps the reader where it was
         return Response(body)
 
 
@@ -129,10 +98,7 @@ class SubscriptionViewSet(viewsets.ViewSet):
     @extend_schema(
         operation_id="subscriptions_list",
         summary="Subscriptions (superusers)",
-        parameters=[
-            OpenApiParameter("page_size", OpenApiTypes.INT),
-            OpenApiParameter("page_token", OpenApiTypes.STR),
-        ],
+        parameters=PAGE_PARAMS,
         responses={200: s.SubscriptionPageSerializer, 400: PROBLEM, 403: PROBLEM},
     )
     def list(self, request: Request) -> Response:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema_serializer, inline_serializer
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
+from rest_framework.fields import empty
 
 from atlas.api import strict
 from atlas.api.inputs import namespace_field
@@ -20,6 +21,7 @@ from atlas.api.render import rfc3339
 from changesets.models import Capture, Subscription
 from changesets.outbox import subscriptions as subs
 from changesets.selectors import feed
+from entities import validation as v
 
 CAPTURES = [c.value for c in Capture]
 
@@ -120,6 +122,57 @@ class SubscriptionPageSerializer(serializers.Serializer):
 
 
 # --- inputs (one serializer each: it validates, and it is the document) ----------------------
+
+
+@extend_schema_field({"type": "string"})
+class _CursorField(serializers.Field):
+    """A cursor as sent: :meth:`FeedQuery.validate` decodes it, after every 422."""
+
+    def run_validation(self, data: Any = empty) -> str:
+        return str(data)
+
+
+def _readable_names(names: list[str]) -> list[str]:
+    # One error per invalid name, each at ``/namespace`` (the parameter, not an index).
+    bad = [("", v.MSG_NAMESPACE) for name in names if not v.is_valid_namespace(name)]
+    if bad:
+        raise strict.FieldProblem(bad)
+    return names
+
+
+# ``GET /changes``: fields in the order their errors are reported.
+class FeedQuery(strict.Query):
+    since = _CursorField(
+        required=False,
+        help_text="A next_cursor from an earlier page; absent = from the beginning.",
+    )
+    capture = strict.QueryChoiceField(CAPTURES, required=False, default=Capture.NEW_VALUES.value)
+    namespace = strict.CheckedListField(
+        child=namespace_field(),
+        clean=_readable_names,
+        required=False,
+        help_text="Only these namespaces (repeatable); always limited to readable ones.",
+    )
+    limit = strict.QueryIntField(
+        maximum=feed.MAX_LIMIT,
+        default=feed.DEFAULT_LIMIT,
+        help_text=f"Default {feed.DEFAULT_LIMIT}, max {feed.MAX_LIMIT}.",
+    )
+
+    def refuse(self, errors: list[dict[str, str]]) -> None:
+        # As the feed always answered: a bad limit alone, named in the detail (it was
+        # checked last and at once); otherwise every error in one 422.
+        limit = [error for error in errors if error["pointer"] == "/limit"]
+        if limit:
+            strict.refuse_naming("limit", limit)
+        strict.raise_errors(errors)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # After every 422: a cursor Atlas did not sign is a 400.
+        since = attrs.get("since")
+        attrs["after_seq"] = feed.cursor_decode(since) if since else 0
+        return attrs
+
 
 MSG_NAME = f"A non-empty string of at most {subs.MAX_NAME_LENGTH} characters, no U+0000."
 

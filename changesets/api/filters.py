@@ -11,11 +11,10 @@ from rest_framework.fields import empty
 from rest_framework.request import Request
 
 from atlas.api import strict
-from atlas.api.openapi import NAMESPACE_SCHEMA
+from atlas.api.inputs import namespace_field
 from atlas.api.render import parse_rfc3339
 from atlas.exceptions import ValidationFailed
 from changesets.models import Rpc
-from entities import validation as v
 
 MSG_NUL = "May not contain U+0000."
 MSG_TIMESTAMP = "Must be an RFC 3339 timestamp with offset."
@@ -43,26 +42,6 @@ class NoNulField(serializers.Field):
         return data
 
 
-@extend_schema_field(NAMESPACE_SCHEMA)
-class NamespaceField(serializers.Field):
-    default_error_messages = {"invalid": v.MSG_NAMESPACE}
-
-    def run_validation(self, data: Any = empty) -> str:
-        if not v.is_valid_namespace(data):
-            self.fail("invalid")
-        return data
-
-
-@extend_schema_field({"type": "string", "enum": sorted(RPCS)})
-class RpcField(serializers.Field):
-    default_error_messages = {"invalid": f"One of {', '.join(RPCS)}."}
-
-    def run_validation(self, data: Any = empty) -> str:
-        if data not in RPCS:
-            self.fail("invalid")
-        return data
-
-
 class TimestampField(serializers.DateTimeField):
     """RFC 3339 with an offset, parsed as everywhere in Atlas (``parse_rfc3339``)."""
 
@@ -81,8 +60,8 @@ class TimestampField(serializers.DateTimeField):
 class ChangesetFilter(strict.Query):
     NAMES = ("branch", "namespace", "author", "rpc", "since", "until")
 
-    namespace = NamespaceField(required=False)
-    rpc = RpcField(required=False)
+    namespace = namespace_field(required=False)
+    rpc = strict.QueryChoiceField(RPCS, required=False)
     author = NoNulField(required=False)
     branch = NoNulField(
         keeps_empty=True,

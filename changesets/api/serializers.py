@@ -11,9 +11,8 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from atlas.api import strict
-from atlas.api.inputs import MAX_COMMENT_LENGTH
+from atlas.api.inputs import comment_field
 from atlas.api.representations import ChangesetSerializer
-from atlas.exceptions import ValidationFailed
 
 
 class InverseOpSerializer(serializers.Serializer):
@@ -35,12 +34,6 @@ class ChangesetActionResponseSerializer(serializers.Serializer):
 # --- inputs --------------------------------------------------------------------
 
 
-def comment_field() -> strict.TextField:
-    return strict.TextField(
-        max_length=MAX_COMMENT_LENGTH, required=False, help_text="The client's comment."
-    )
-
-
 # ``POST /changesets/{id}/revert``; no body at all reads as ``{}``.
 class RevertBodySerializer(strict.Body):
     first = ()  # errors in declaration order, as this endpoint always answered
@@ -53,4 +46,4 @@ class ImportQuerySerializer(strict.Query):
 
     def refuse(self, errors: list[dict[str, str]]) -> None:
         # As this endpoint always answered: the parameter named in the detail.
-        raise ValidationFailed("dry_run must be true or false.", errors=errors)
+        strict.refuse_naming("dry_run", errors)

@@ -30,7 +30,7 @@ from atlas.api import representations as r
 from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
-from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PROBLEM
+from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PAGE_PARAMS, PROBLEM
 from atlas.api.parsers import read_limited
 from atlas.api.render import rfc3339
 from atlas.exceptions import NotFound, UnsupportedMediaType
@@ -57,10 +57,6 @@ from entities import access
 # many ops per changeset; one changeset pages its ops, this many by default.
 LIST_OPS = 100
 DEFAULT_OPS_PAGE_SIZE = 100
-_PAGE_PARAMS = [
-    OpenApiParameter("page_size", OpenApiTypes.INT),
-    OpenApiParameter("page_token", OpenApiTypes.STR),
-]
 _WRITE_PROBLEMS = {code: PROBLEM for code in (400, 403, 404, 409, 413, 415, 422)}
 
 
@@ -111,7 +107,7 @@ class ChangesetViewSet(viewsets.ViewSet):
     @extend_schema(
         operation_id="changesets_list",
         summary="Changesets, newest first",
-        parameters=[ChangesetFilter, *_PAGE_PARAMS],
+        parameters=[ChangesetFilter, *PAGE_PARAMS],
         responses={200: r.ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
     def list(self, request: Request) -> Response:
@@ -192,7 +188,7 @@ class ChangesetViewSet(viewsets.ViewSet):
     @extend_schema(
         operation_id="changesets_revisions",
         summary="A changeset's revision rows (before and after images), in op order, paged",
-        parameters=_PAGE_PARAMS,
+        parameters=PAGE_PARAMS,
         responses={200: r.RevisionPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     @action(detail=True, methods=["get"])

@@ -25,7 +25,6 @@ from atlas.api.inputs import (
     ChoiceOf,
     ContentField,
     Errors,
-    StrictBooleanField,
     check_fields,
     comment_field,
     kind_field,
@@ -186,10 +185,10 @@ class OpsField(serializers.Field):
 class BatchBodySerializer(strict.Body):
     ops = OpsField()
     comment = comment_field()
-    dry_run = StrictBooleanField(required=False, default=False)
+    dry_run = strict.StrictBooleanField(required=False, default=False)
 
 
 def parse_batch(data: Any) -> tuple[list[WriteOp], str, bool]:
     """Validate a ``POST /batch`` body into ops, comment and dry_run."""
-    body = BatchBodySerializer.parse(data)
+    body = strict.validated(BatchBodySerializer, data)
     return body.get("ops", []), body.get("comment") or "", body["dry_run"]

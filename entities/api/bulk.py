@@ -11,6 +11,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from atlas.api import strict
 from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
@@ -101,7 +102,7 @@ class DeleteByQueryViewSet(ViewSet):
     @idempotent
     def create(self, request: Request) -> Response:
         store = store_for(request)
-        query = s.DeleteByQueryBodySerializer.parse(request.data)
+        query = strict.validated(s.DeleteByQueryBodySerializer, request.data)
         done = entities_delete_by_query(
             store=store,
             actor=actor(request),

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from atlas.api import paging, strict
 from atlas.api.idempotency import idempotent
-from atlas.api.inputs import ChoiceOf, StrictBooleanField, namespace_field
+from atlas.api.inputs import ChoiceOf, namespace_field
 from atlas.api.openapi import PAGE_PARAMS, PROBLEM
 from atlas.api.render import rfc3339
 from atlas.api.viewsets import ViewSet
@@ -74,11 +74,11 @@ GrantSerializer = inline_serializer(
 
 class NamespaceCreateSerializer(strict.Body):
     name = namespace_field()
-    protected = StrictBooleanField(default=False)
+    protected = strict.StrictBooleanField(default=False)
 
 
 class NamespaceUpdateSerializer(strict.Body):
-    protected = StrictBooleanField()
+    protected = strict.StrictBooleanField()
 
 
 class GrantBodySerializer(strict.Body):
@@ -148,7 +148,7 @@ class NamespaceViewSet(ViewSet):
     )
     @idempotent
     def create(self, request: Request) -> Response:
-        body = NamespaceCreateSerializer.parse(request.data)
+        body = strict.validated(NamespaceCreateSerializer, request.data)
         namespace = services.namespace_create(name=body["name"], protected=body["protected"])
         return Response(namespace_repr(namespace), status=201)
 
@@ -172,7 +172,7 @@ class NamespaceViewSet(ViewSet):
         _readable(request, name)
         if not access.is_superuser(request.user):
             raise PermissionDenied("Managing namespaces needs a superuser.")
-        body = NamespaceUpdateSerializer.parse(request.data)
+        body = strict.validated(NamespaceUpdateSerializer, request.data)
         namespace = services.namespace_update(name=name, protected=body["protected"])
         return Response(namespace_repr(namespace))
 
@@ -198,7 +198,7 @@ class NamespaceViewSet(ViewSet):
     @idempotent
     def grant(self, request: Request, name: str, principal_type: str, principal: str) -> Response:
         namespace, target = _grant_target(request, name, principal_type, principal)
-        body = GrantBodySerializer.parse(request.data)
+        body = strict.validated(GrantBodySerializer, request.data)
         created = services.role_grant(namespace=namespace, principal=target, role=body["role"])
         return Response(
             {

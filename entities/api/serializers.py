@@ -14,13 +14,15 @@ from rest_framework import serializers
 
 from atlas.api import strict
 from atlas.api.inputs import (
+    MAX_PREFIX_LENGTH,
+    NO_NUL,
     ContentField,
+    NameField,
     PrefixField,
-    StrictBooleanField,
     comment_field,
-    is_empty_body,
     kind_field,
     namespace_field,
+    prefix_error,
 )
 from atlas.api.render import rfc3339
 from entities.store import StoredEntity
@@ -71,14 +73,28 @@ class PatchBodySerializer(strict.Body):
 class DeleteBodySerializer(strict.Body):
     comment = comment_field()
 
-    @classmethod
-    def parse(cls, data: Any) -> dict[str, Any]:
-        return {} if is_empty_body(data) else super().parse(data)
-
 
 class DeleteByQueryBodySerializer(strict.Body):
     namespace = namespace_field()
     kind = kind_field(required=False, allow_null=True)
     slug_prefix = PrefixField()
-    dry_run = StrictBooleanField(required=False, default=False)
+    dry_run = strict.StrictBooleanField(required=False, default=False)
     comment = comment_field()
+
+
+def _is_prefix(value: str) -> bool:
+    return prefix_error(value) is None
+
+
+# ``GET /entities``: the filters, in the order their errors are reported (all in one
+# 422). Paging and ``as_of`` are read where they always were (``keyset_page``,
+# ``pin_as_of``): after the branch header, whose 404 comes first.
+class EntityListQuery(strict.Query):
+    namespace = namespace_field(required=False)
+    kind = kind_field(required=False)
+    slug_prefix = NameField(
+        valid=_is_prefix,
+        message=f"At most {MAX_PREFIX_LENGTH} characters, no NUL.",
+        schema={"type": "string", "maxLength": MAX_PREFIX_LENGTH, "pattern": NO_NUL},
+        required=False,
+    )

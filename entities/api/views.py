@@ -13,13 +13,13 @@ import hashlib
 import uuid
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from atlas.api import paging
+from atlas.api import paging, strict
 from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.conditional import (
@@ -29,7 +29,6 @@ from atlas.api.conditional import (
     parse_if_none_match_put,
 )
 from atlas.api.idempotency import idempotent
-from atlas.api.inputs import NO_NUL, Errors
 from atlas.api.openapi import (
     AS_OF_PARAMS,
     BRANCH_PARAM,
@@ -37,8 +36,6 @@ from atlas.api.openapi import (
     IF_MATCH_PARAM,
     IF_NONE_MATCH_PARAM,
     IF_NONE_MATCH_PUT_PARAM,
-    KIND_SCHEMA,
-    NAMESPACE_SCHEMA,
     PAGE_PARAMS,
     PROBLEM,
 )
@@ -149,20 +146,10 @@ def _list_filters(request: Request) -> tuple[str | None, str | None, str | None]
     """``namespace``, ``kind``, ``slug_prefix`` of ``GET /entities`` (empty = absent)."""
     paging.check_known_params(
         request,
-        {"namespace", "kind", "slug_prefix", "page_size", "page_token", "as_of", "as_of_time"},
+        {*s.EntityListQuery.names(), "page_size", "page_token", "as_of", "as_of_time"},
     )
-    namespace = request.query_params.get("namespace") or None
-    kind = request.query_params.get("kind") or None
-    slug_prefix = request.query_params.get("slug_prefix") or None
-    errors = Errors()
-    if namespace is not None and not v.is_valid_namespace(namespace):
-        errors.add("/namespace", v.MSG_NAMESPACE)
-    if kind is not None and not v.is_valid_kind(kind):
-        errors.add("/kind", v.MSG_KIND)
-    if slug_prefix is not None and (len(slug_prefix) > 200 or "\x00" in slug_prefix):
-        errors.add("/slug_prefix", "At most 200 characters, no NUL.")
-    errors.raise_if_any()
-    return namespace, kind, slug_prefix
+    filters = strict.validated(s.EntityListQuery, request.query_params)
+    return filters.get("namespace"), filters.get("kind"), filters.get("slug_prefix")
 
 
 class EntityViewSet(ViewSet):
@@ -172,11 +159,7 @@ class EntityViewSet(ViewSet):
         operation_id="entities_list",
         summary="List entities in (namespace, kind, slug) order",
         parameters=[
-            OpenApiParameter("namespace", NAMESPACE_SCHEMA),
-            OpenApiParameter("kind", KIND_SCHEMA),
-            OpenApiParameter(
-                "slug_prefix", {"type": "string", "maxLength": 200, "pattern": NO_NUL}
-            ),
+            s.EntityListQuery,
             *PAGE_PARAMS,
             *AS_OF_PARAMS,
             BRANCH_PARAM,
@@ -257,7 +240,7 @@ class EntityViewSet(ViewSet):
     def update(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
         key = path_key(namespace, kind, slug)
         store = store_for(request)
-        body = s.PutBodySerializer.parse(request.data)
+        body = strict.validated(s.PutBodySerializer, request.data)
         op = PutOp(
             key,
             body["content"],
@@ -284,7 +267,7 @@ class EntityViewSet(ViewSet):
     def partial_update(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
         key = path_key(namespace, kind, slug)
         store = store_for(request)
-        body = s.PatchBodySerializer.parse(request.data)
+        body = strict.validated(s.PatchBodySerializer, request.data)
         op = PatchOp(key, body["patch"], if_match=parse_if_match_header(request))
         result = changeset_apply(
             store=store,
@@ -306,7 +289,7 @@ class EntityViewSet(ViewSet):
     def destroy(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
         key = path_key(namespace, kind, slug)
         store = store_for(request)
-        body = s.DeleteBodySerializer.parse(request.data)
+        body = strict.validated(s.DeleteBodySerializer, request.data)
         op = DeleteOp(key, if_match=parse_if_match_header(request))
         result = changeset_apply(
             store=store,
