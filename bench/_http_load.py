@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from _common import summary
-from _stack import GROUPS, SERVER_GROUPS, CpuMeter, cpu_delta
+from _cpu import GROUPS, SERVER_GROUPS, CpuMeter, cpu_delta
 
 
 def request(port: int, path: str, body: bytes, token: str) -> tuple[int, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from _common import header, image, plot, table
-from _stack import GROUPS
+from _cpu import GROUPS
 
 CPU_TARGET = 1.5  # whole-machine CPU per Atlas PUT, × plain's
 CPU_COLUMNS = [*GROUPS, "server", "whole machine"]
@@ -101,7 +101,8 @@ def cpu_table(results: dict[str, Any], levels: list[int]) -> str:
         a, p = results["atlas"][c]["cpu_ms_per_put"], results["plain"][c]["cpu_ms_per_put"]
         rows.append([c, "plain", *[p[k] for k in CPU_COLUMNS], p["redis"]])
         rows.append([c, "Atlas", *[a[k] for k in CPU_COLUMNS], a["redis"]])
-        ratios = [f"{a[k] / p[k]:.2f}×" if p[k] else "–" for k in CPU_COLUMNS]
+        # A ratio to almost nothing (plain's worker is idle) says nothing: "–".
+        ratios = [f"{a[k] / p[k]:.2f}×" if p[k] >= 0.1 else "–" for k in CPU_COLUMNS]
         rows.append([c, "Atlas / plain", *ratios, "–"])
     heads = ["clients", "", *[CPU_LABELS[k] for k in CPU_COLUMNS], "broker (Redis), not summed"]
     return table(heads, rows)
@@ -123,8 +124,8 @@ def processes(info: dict[str, Any]) -> list[str]:
         " benchmark database:",
         "",
         f"- web: `{info['web_cmd']}` (access log on, to a file);",
-        f"- worker: `{info['worker_cmd']}`: pool concurrency {info['concurrency']} (Celery's"
-        " default), the journal relay in its main process, beat embedded;",
+        f"- worker: `{info['worker_cmd']}`: pool concurrency {info['concurrency']}, Celery's"
+        " default; the journal relay in its main process, beat embedded;",
         f"- broker: {info['broker']};",
         f"- {subs}; subscriptions of earlier runs deactivated ({info['deactivated']});",
         "- nothing is marked published by hand: before the first block the worker drained the"

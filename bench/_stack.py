@@ -7,9 +7,9 @@ in its main process), so the benchmark cannot drift from the deployed shape. Onl
 the environment differs: the benchmark's settings and database, a broker queue of
 this run, beat's schedule file in a temporary folder.
 
-CPU is counted per process group with psutil, because the post-commit work runs
-outside the request (in the worker and its relay) and a benchmark that only
-timed requests would not see it.
+CPU is counted per process group (bench/_cpu.py), because the post-commit work
+runs outside the request (in the worker and its relay) and a benchmark that
+only timed requests would not see it.
 """
 
 from __future__ import annotations
@@ -30,14 +30,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import psutil
 from _common import stop_process_group
+from _cpu import CpuMeter, PostgresCpu
 from _setup import ROOT
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
-# The groups whose CPU makes up the whole machine's cost of a PUT (see CpuMeter).
-SERVER_GROUPS = ("web", "worker", "postgres")
-GROUPS = (*SERVER_GROUPS, "loadgen")
 
 
 def free_port() -> int:
@@ -153,6 +150,7 @@ class Stack:
         self.worker: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Stack:
+        print(f"web and worker logs: {self.dir}", flush=True)
         try:
             self.web = spawn(self.commands["web"], self.env, self.web_log)
             self.worker = spawn(self.commands["worker"], self.env, self.worker_log)
@@ -204,8 +202,10 @@ class Stack:
             )
 
     def meter(self) -> CpuMeter:
+        """CPU of this stack's processes, of PostgreSQL (Django's connection's server)
+        and of this process."""
         assert self.web is not None and self.worker is not None
-        return CpuMeter(self.web.pid, self.worker.pid)
+        return CpuMeter(self.web.pid, self.worker.pid, PostgresCpu.of_django_connection())
 
     def concurrency(self) -> str:
         """The pool as the worker's banner states it, e.g. ``2 (prefork)``."""
@@ -222,67 +222,6 @@ class Stack:
 
 def tail(path: Path, chars: int = 3000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
-
-
-def _cpu(process: psutil.Process) -> float:
-    """User + system seconds of ``process`` and of the children it has reaped (so a
-    pool child or a PostgreSQL backend that exits mid-block still counts)."""
-    t = process.cpu_times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-def _sum_cpu(processes: list[psutil.Process]) -> float:
-    total = 0.0
-    for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            total += _cpu(process)
-    return total
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _named(*names: str) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["name"]) if p.info["name"] in names]
-
-
-class CpuMeter:
-    """Cumulative CPU seconds by group; subtract two snapshots for an interval.
-
-    web = the gunicorn master and its workers; worker = the celery main process
-    (consumer, journal relay, beat's parent) and every child (pool, embedded beat);
-    postgres = every ``postgres`` process on the machine; loadgen = this process
-    (client threads, the webhook receiver, the backlog polls). ``redis`` (the
-    broker) and ``machine`` (all busy CPU, to show what else ran) are reported
-    beside them, outside the sums.
-    """
-
-    def __init__(self, web_pid: int, worker_pid: int) -> None:
-        self.web_pid = web_pid
-        self.worker_pid = worker_pid
-        self.me = psutil.Process()
-
-    def snapshot(self) -> dict[str, float]:
-        own = self.me.cpu_times()
-        machine = psutil.cpu_times()
-        return {
-            "web": _sum_cpu(_tree(self.web_pid)),
-            "worker": _sum_cpu(_tree(self.worker_pid)),
-            "postgres": _sum_cpu(_named("postgres", "postmaster")),
-            # Not children_*: this process's children are the web tier and the worker.
-            "loadgen": own.user + own.system,
-            "redis": _sum_cpu(_named("redis-server")),
-            "machine": machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
-        }
-
-
-def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: after[k] - before[k] for k in after}
 
 
 class Receiver:

@@ -254,6 +254,8 @@ def measure(
             warm_up_and_drain(runner, info, 0.5 if args.smoke else 1.0)
             return body(runner)
     finally:
+        if runner.meter is not None:
+            runner.meter.close()
         if receiver is not None:
             info.update(posts=receiver.posts, post_bytes=receiver.bytes)
             receiver.close()

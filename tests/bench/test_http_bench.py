@@ -36,6 +36,11 @@ def stack_mod(bench: ModuleType) -> ModuleType:
 
 
 @pytest.fixture(scope="module")
+def cpu_mod(bench: ModuleType) -> ModuleType:
+    return importlib.import_module("_cpu")
+
+
+@pytest.fixture(scope="module")
 def report_mod(bench: ModuleType) -> ModuleType:
     return importlib.import_module("_http_report")
 
@@ -57,7 +62,7 @@ time.sleep(60)
 """
 
 
-def test_cpu_meter_counts_a_child_that_exited_mid_interval(stack_mod):
+def test_cpu_meter_counts_a_child_that_exited_mid_interval(cpu_mod):
     proc = subprocess.Popen(
         [sys.executable, "-c", FORK_AND_REAP],
         stdin=subprocess.PIPE,
@@ -66,13 +71,13 @@ def test_cpu_meter_counts_a_child_that_exited_mid_interval(stack_mod):
         start_new_session=True,
     )
     try:
-        meter = stack_mod.CpuMeter(proc.pid, proc.pid)
+        meter = cpu_mod.CpuMeter(proc.pid, proc.pid, None)
         before = meter.snapshot()
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "reaped"
         assert psutil.Process(proc.pid).children() == []  # gone: only children_* has it
-        spent = stack_mod.cpu_delta(before, meter.snapshot())
+        spent = cpu_mod.cpu_delta(before, meter.snapshot())
     finally:
         proc.kill()
         proc.wait(5)
@@ -183,3 +188,51 @@ def test_the_run_leaves_no_redis_queue_behind(stack_mod):
         assert client.exists(other)
     finally:
         client.delete(broker.queue, f"_kombu.binding.{broker.queue}", other)
+
+
+def _burn(conninfo: str, pg: object) -> float:
+    """Spend CPU in a new session, record it (``pg.poll()``) while the session is alive,
+    end the session; return the CPU seconds its backend used."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        conn.execute("SELECT count(*) FROM generate_series(1, 5000000)").fetchone()
+        times = psutil.Process(pid).cpu_times()
+        pg.poll()
+    return times.user + times.system
+
+
+@pytest.mark.django_db
+def test_postgres_cpu_counts_the_benchmark_database_once_and_other_databases_apart(cpu_mod):
+    """A session that ended keeps its CPU (once: not again through the postmaster's
+    reaped children), and another database's session (another job) is not Atlas's."""
+    from django.db import connection
+
+    pg = cpu_mod.PostgresCpu.of_django_connection()
+    assert pg is not None, "PostgreSQL runs on this machine in the test setup"
+    try:
+        s = connection.settings_dict
+        base = f"host={s['HOST'] or '127.0.0.1'} port={s['PORT'] or 5432} user={s['USER']}"
+        base += f" password={s['PASSWORD']}" if s["PASSWORD"] else ""
+        before = pg.totals()
+        ours = _burn(f"{base} dbname={s['NAME']}", pg)
+        other = _burn(f"{base} dbname=postgres", pg)
+        time.sleep(0.6)  # both sessions are gone, the postmaster has reaped them
+        spent = {k: pg.totals()[k] - before[k] for k in before}
+    finally:
+        pg.close()
+    assert ours > 0.1 and other > 0.1, (ours, other)
+    assert spent["ours"] >= ours * 0.95, (spent, ours)
+    assert spent["ours"] < ours + other * 0.5, (spent, ours, other)  # neither twice nor theirs
+    assert spent["other"] >= other * 0.95, (spent, other)
+
+
+def test_session_database_reads_server_process_titles(cpu_mod):
+    title = cpu_mod.session_database
+    assert title("postgres: 15/main: postgres atlas_x 127.0.0.1(3754) idle") == "atlas_x"
+    assert title("postgres: bob atlas_y [local] SELECT") == "atlas_y"
+    assert title("postgres: 15/main: autovacuum worker atlas_z") == "atlas_z"
+    assert title("postgres: 15/main: logical replication launcher ") is None
+    assert title("postgres: checkpointer ") is None
+    assert title("/usr/lib/postgresql/15/bin/postgres -D /var/lib/postgresql/15/main") is None
