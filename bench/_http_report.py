@@ -144,9 +144,13 @@ def method(info: dict[str, Any]) -> str:
         " every 0.1 s); throughput over load + drain = successful PUTs / (load + drain"
         " seconds). CPU by psutil (user + system, reaped children included), over load +"
         " drain, per successful PUT: web = gunicorn master + workers; worker = celery main"
-        " process + its children; PostgreSQL = every `postgres` process on the machine; load"
-        " generator = the benchmark process. Busy CPU outside these and Redis:"
-        f" {info['other_cpu_share']:.0%} of the machine's in the measured intervals."
+        " process + its children; PostgreSQL = the server's postmaster, its shared processes"
+        " and every session on the benchmark database, sampled every 0.25 s (a session that"
+        " ends keeps all but its last 0.25 s; sessions on other databases are other jobs' and"
+        " left out); load generator = the benchmark process. Busy CPU outside these and Redis"
+        f" (other jobs): at most {info['other_cpu_share']:.0%} of the machine's in any"
+        " measured interval"
+        + (" — **the machine was not quiet**." if info["other_cpu_share"] > 0.1 else ".")
     )
 
 

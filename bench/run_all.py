@@ -155,7 +155,7 @@ def main() -> int:
         m = machine()
         print(f"bench: {name} ({' '.join(argv[1:])}), load {m['load']} ...", flush=True)
         try:
-            subprocess.run(argv, check=True, timeout=limit, cwd=BENCH.parent)
+            run_part(argv, limit)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             failures[name] = str(exc)
             print(f"bench: {name} FAILED: {exc}", flush=True)
@@ -176,6 +176,24 @@ def main() -> int:
     write_section(SUMMARY, text)
     print(text)
     return 1 if failures else 0
+
+
+def run_part(argv: list[str], limit: float) -> None:
+    """Run one part; past ``limit``, SIGTERM it first (so it stops the servers it started
+    and deletes its broker queue), SIGKILL only if it has not stopped a minute later."""
+    with subprocess.Popen(argv, cwd=BENCH.parent) as process:
+        try:
+            process.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            raise
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, argv)
 
 
 def fmt_ratio(value: float) -> str:
