@@ -159,12 +159,13 @@ def main_section(info: dict[str, Any], results: dict[str, Any], levels: list[int
     suffix = "_subscription" if info["subscription"] else ""
     name = f"throughput_vs_clients{suffix}.png"
     atlas, plain = results["atlas"], results["plain"]
+    xs = [float(c) for c in levels]
     plot(
         name,
         {
-            "Atlas, over block + drain": (levels, [atlas[c]["sustained"] for c in levels]),
-            "Atlas, in block": (levels, [atlas[c]["throughput"] for c in levels]),
-            "plain DRF UpdateAPIView": (levels, [plain[c]["throughput"] for c in levels]),
+            "Atlas, over block + drain": (xs, [atlas[c]["sustained"] for c in levels]),
+            "Atlas, in block": (xs, [atlas[c]["throughput"] for c in levels]),
+            "plain DRF UpdateAPIView": (xs, [plain[c]["throughput"] for c in levels]),
         },
         title="PUT throughput vs clients (gunicorn 2 workers + Celery worker)",
         xlabel="concurrent clients",
