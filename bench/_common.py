@@ -144,10 +144,11 @@ def stop_process_group(process: subprocess.Popen, *, grace: float = 15) -> None:
 def clear_journal_backlog() -> None:
     """Mark every journal entry still ``committed`` published, before a journal relay starts.
 
-    No worker publishes the benchmark databases' entries, so they pile up run
-    after run; a relay starts before the oldest outstanding entry
-    (changesets/outbox/relay.py) and would begin by enqueueing them all, on the cores
-    being measured.
+    Only for bench/feed_lag.py, whose commit-to-receipt lag is about its own
+    writes: the other parts run no worker, so their entries pile up run after run,
+    and a relay starts before the oldest outstanding entry (changesets/outbox/relay.py).
+    Never for a throughput benchmark: skipping that work is what made the old HTTP
+    benchmark flatter Atlas (issue 15); bench/http_throughput.py has the worker drain it.
     """
     from django.db import connection
 

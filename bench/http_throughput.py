@@ -1,135 +1,77 @@
-"""HTTP PUT throughput and latency against gunicorn: Atlas vs a plain DRF update endpoint.
+"""HTTP PUT throughput of Atlas vs a plain DRF update endpoint, in the production shape.
 
-    .venv/bin/python bench/http_throughput.py [--smoke] [--seconds 8] [--workers 4]
+    .venv/bin/python bench/http_throughput.py [--smoke] [--seconds 20] [--clients 1,4,8]
+        [--subscription] [--sustained SECONDS] [--doc PATH] [--plots DIR] [--json PATH]
 
-One gunicorn (sync workers, ``bench.settings``: Atlas's URLs plus
-``PUT /bench/plain/<namespace>/<slug>``, a plain ``UpdateAPIView`` over an
-untracked model) on 127.0.0.1. 1, 4 and 8 client threads each PUT new content
-to keys of their own, for a fixed time per (endpoint, clients), in two passes
-with the endpoint order swapped; throughput = successful PUTs / second, p50/p99
-latency. Both endpoints authenticate the same DRF token of a non-staff user
-(a writer in the Atlas namespace). Post-commit journal tasks are enqueued by
-``manage.py journal_relay`` (``changesets/outbox/relay.py``), run beside gunicorn on
-the same cores as a deployment's workers run it, to Redis (127.0.0.1:6379 db
-9, a queue of this run, deleted after) when reachable, as in production; else
-to an in-memory broker. Target: Atlas ≥ 70% of plain.
+Runs what ``make run`` runs (``atlas.devrun.commands``): gunicorn with
+atlas/deploy/gunicorn.conf.py and 2 workers, and ``celery -A atlas worker -B``
+with its default concurrency and the journal relay in its main process, with
+``bench.settings`` (Atlas plus ``PUT /bench/plain/<namespace>/<slug>``, a plain
+``UpdateAPIView`` over an untracked model), on Redis 127.0.0.1:6379 db 9 with a
+queue of this run (the filesystem broker, said loudly, when Redis is down).
+Nothing is marked published by hand: the worker first drains whatever journal
+backlog the database holds, then at 1, 4 and 8 client threads come blocks of
+``--seconds`` in the order plain, Atlas, Atlas, plain. After each Atlas block
+the run records the backlog and waits for the worker to drain it; throughput
+over block + drain is what Atlas sustains, since work left at a block's end is
+owed by the next seconds. Every process's CPU (web, worker, PostgreSQL, this
+load generator) is counted per successful PUT (bench/_stack.py).
+
+``--subscription`` runs the same with one active subscription to a receiver
+in this process; ``--sustained SECONDS`` runs Atlas alone at the highest client
+count for that long, sampling the backlog every second (its own section).
+Targets (issue 15) are printed met or missed.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import http.client
-import json
 import os
-import re
-import socket
-import subprocess
+import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NoReturn
 
-from _common import (
-    bench_env,
-    clear_journal_backlog,
-    database,
-    header,
-    image,
-    plot,
-    stop_process_group,
-    summary,
-    table,
-    write_json,
+from _common import bench_env, database, write_json
+from _http_load import (
+    Runner,
+    aggregate,
+    drain,
+    journal_backlog,
+    load,
+    newest_seq,
+    subscription_behind,
 )
-from _setup import ROOT, setup, write_section
+from _http_report import main_section, sustained_section, targets, verdict
+from _setup import setup, write_section
+from _stack import Broker, Receiver, Stack, choose_broker
 
-REDIS_URL = "redis://127.0.0.1:6379/9"
 KEYS_PER_CLIENT = 10
+MAIN = "Against the peers 6. HTTP throughput (gunicorn)"
+SUBSCRIBED = "Against the peers 6. HTTP throughput (gunicorn), one webhook subscription"
+SUSTAINED = "HTTP sustained run (backlog over time)"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def redis_reachable() -> bool:
-    try:
-        import redis
-
-        return bool(redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping())
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def request(port: int, path: str, body: bytes, token: str) -> tuple[int, float]:
-    start = time.perf_counter()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request(
-            "PUT",
-            path,
-            body=body,
-            headers={"Content-Type": "application/json", "Authorization": f"Token {token}"},
-        )
-        response = conn.getresponse()
-        response.read()
-        return response.status, (time.perf_counter() - start) * 1000
-    finally:
-        conn.close()
-
-
-def load(port: int, token: str, paths: list[list[str]], seconds: float) -> dict:
-    """``len(paths)`` client threads, each cycling its own paths, for ``seconds``."""
-    latencies: list[float] = []
-    errors: list[int] = []
-    lock = threading.Lock()
-    stop_at = time.monotonic() + seconds
-    payload = "y" * 100
-
-    def client(mine: list[str], seed: int) -> None:
-        n = 0
-        local: list[float] = []
-        bad: list[int] = []
-        while time.monotonic() < stop_at and n < 1_000_000:
-            body = json.dumps({"content": {"n": seed * 1_000_000 + n, "payload": payload}})
-            status, ms = request(port, mine[n % len(mine)], body.encode(), token)
-            (local if status == 200 else bad).append(ms if status == 200 else status)
-            n += 1
-        with lock:
-            latencies.extend(local)
-            errors.extend(bad)
-
-    started = time.monotonic()
-    threads = [
-        threading.Thread(target=client, args=(mine, i + int(time.time() * 1000) % 100_000))
-        for i, mine in enumerate(paths)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds + 60)
-    elapsed = time.monotonic() - started
-    return {"latencies": latencies, "errors": errors, "elapsed": elapsed}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--smoke", action="store_true")
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="1 s blocks at 1 and 2 clients")
     parser.add_argument("--json", default=None)
-    parser.add_argument("--seconds", type=float, default=8.0, help="per endpoint, clients, pass")
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn sync workers")
+    parser.add_argument("--seconds", type=float, default=20.0, help="per block")
     parser.add_argument("--clients", default="1,4,8")
-    args = parser.parse_args()
-    smoke = args.smoke
-    seconds = 1.0 if smoke else args.seconds
-    levels = [1, 2] if smoke else [int(c) for c in args.clients.split(",")]
-    bench_env()
-    setup(settings="bench.settings", database=database(smoke))
+    parser.add_argument("--subscription", action="store_true", help="one active webhook")
+    parser.add_argument("--sustained", type=float, default=0, help="Atlas only, this long")
+    parser.add_argument("--drain-timeout", type=float, default=600, help="seconds, each drain")
+    parser.add_argument("--doc", default=None, help="markdown to write (ATLAS_BENCH_DOC)")
+    parser.add_argument("--plots", default=None, help="folder for the PNGs (ATLAS_BENCH_PLOTS)")
+    return parser.parse_args()
 
+
+def populate(rid: str, clients: int) -> tuple[Any, str, Callable[[str, int], list[list[str]]]]:
+    """A writer with a token, and ``KEYS_PER_CLIENT`` keys per client on both sides."""
     from atlas.services import api_token_create
     from bench.plain.models import PlainItem
     from changesets.models import Rpc
@@ -140,13 +82,12 @@ def main() -> None:
     from entities.store import EntityKey, baseline
     from tests.entities.factories import SuperuserFactory, UserFactory
 
-    rid = uuid.uuid4().hex[:8]
     root = SuperuserFactory(username="bench-root")
     writer = UserFactory(username="bench-http-writer")
     token = api_token_create(user=writer, name="bench")[1]
     ns = Namespace.objects.create(name=f"bench.http{rid}")
     role_grant(namespace=ns, principal=writer, role="writer")
-    slugs = [f"c{c}-k{k}" for c in range(max(levels)) for k in range(KEYS_PER_CLIENT)]
+    slugs = [f"c{c}-k{k}" for c in range(clients) for k in range(KEYS_PER_CLIENT)]
     changeset_apply(
         store=baseline,
         actor=root,
@@ -158,161 +99,223 @@ def main() -> None:
         [PlainItem(namespace=plain_ns, slug=s, content={"n": 0}) for s in slugs]
     )
 
-    def paths(impl: str, clients: int) -> list[list[str]]:
+    def paths(impl: str, count: int) -> list[list[str]]:
         prefix = (
             f"/api/v1/entities/{ns.name}/item/" if impl == "atlas" else f"/bench/plain/{plain_ns}/"
         )
-        return [[prefix + f"c{c}-k{k}" for k in range(KEYS_PER_CLIENT)] for c in range(clients)]
+        return [[prefix + f"c{c}-k{k}" for k in range(KEYS_PER_CLIENT)] for c in range(count)]
 
-    use_redis = redis_reachable()
-    queue = f"atlas-bench-http-{rid}"
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "bench.settings",
-        "CELERY_BROKER_URL": REDIS_URL if use_redis else "memory://",
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-        "PYTHONUNBUFFERED": "1",
-    }
-    log = Path(tempfile.mkdtemp(prefix="atlas-bench-gunicorn-")) / "gunicorn.log"
-    argv = [sys.executable, "-m", "gunicorn", "atlas.wsgi", "--bind", f"127.0.0.1:{port}"]
-    argv += ["--workers", str(args.workers), "--worker-class", "sync", "--backlog", "256"]
-    argv += ["--timeout", "60", "--error-logfile", "-", "--log-level", "warning"]
-    with open(log, "ab") as out:
-        server = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    clear_journal_backlog()  # no worker runs here: earlier runs' entries wait forever
-    # The journal relay (changesets/outbox/relay.py) enqueues the Atlas writes' journal work,
-    # as the workers' built-in relay does in a deployment; it runs on the same 2 cores
-    # so its CPU counts against Atlas's throughput.
-    relay_log = log.with_name("relay.log")
-    with open(relay_log, "ab") as out:
-        relay = subprocess.Popen(
-            [sys.executable, "manage.py", "journal_relay", "--report-seconds", "0"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    results: dict[str, dict[int, dict]] = {"plain": {}, "atlas": {}}
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                conn.request("GET", "/healthz")
-                if conn.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        # Warm every worker (imports, connections, first queries) on both endpoints.
-        load(port, token, paths("plain", 4), 1.0)
-        load(port, token, paths("atlas", 4), 1.0)
-        for clients in levels:
-            runs: dict[str, list[dict]] = {"plain": [], "atlas": []}
-            for order in (("plain", "atlas"), ("atlas", "plain")):
-                for impl in order:
-                    runs[impl].append(load(port, token, paths(impl, clients), seconds))
-            for impl, parts in runs.items():
-                lat = [x for p in parts for x in p["latencies"]]
-                errors = [x for p in parts for x in p["errors"]]
-                elapsed = sum(p["elapsed"] for p in parts)
-                results[impl][clients] = {
-                    **summary(lat),
-                    "throughput": len(lat) / elapsed,
-                    "errors": len(errors),
-                    "error_statuses": sorted(set(errors))[:5],
-                    "requests": len(lat),
-                }
+    return root, token, paths
+
+
+def run_blocks(runner: Runner, levels: list[int], seconds: float) -> dict[str, Any]:
+    """Plain, Atlas, Atlas, plain at each client count; aggregated by implementation."""
+    results: dict[str, dict[int, Any]] = {"plain": {}, "atlas": {}}
+    for clients in levels:
+        done: dict[str, list[dict[str, Any]]] = {"plain": [], "atlas": []}
+        for impl in ("plain", "atlas", "atlas", "plain"):
+            b = runner.block(impl, clients, seconds)
+            done[impl].append(b)
             print(
-                f"{clients} clients: plain {results['plain'][clients]['throughput']:.0f}/s,"
-                f" atlas {results['atlas'][clients]['throughput']:.0f}/s",
+                f"  {impl} x{clients}: {b['in_block']:.0f} PUT/s in {b['seconds']:.1f} s"
+                + (
+                    f", backlog {b['backlog_end']:,} at the end, drained in {b['drain_s']:.1f} s"
+                    f" -> {b['sustained']:.0f} PUT/s over block + drain"
+                    if impl == "atlas"
+                    else ""
+                )
+                + (f", {len(b['errors'])} errors" if b["errors"] else ""),
                 flush=True,
             )
-    finally:
-        stop_process_group(server, grace=20)
-        stop_process_group(relay, grace=20)
-        if use_redis:
-            with contextlib.suppress(Exception):
-                import redis
-
-                redis.Redis.from_url(REDIS_URL).delete(queue)
-
-    relay_out = relay_log.read_text(errors="replace")
-    enqueued = re.search(r"stopped; (\d+) entr", relay_out)
-    if "active" not in relay_out or not enqueued or int(enqueued.group(1)) == 0:
-        raise RuntimeError(f"the journal relay did not run:\n{relay_out[-3000:]}")
-    relay_enqueued = int(enqueued.group(1))
-
-    rows = []
-    for clients in levels:
-        p, a = results["plain"][clients], results["atlas"][clients]
-        rows.append(
-            [
-                clients,
-                p["throughput"],
-                p["p50"],
-                p["p99"],
-                a["throughput"],
-                a["p50"],
-                a["p99"],
-                f"{a['throughput'] / p['throughput']:.0%}",
-                p["errors"] + a["errors"],
-            ]
+        for impl, blocks in done.items():
+            results[impl][clients] = aggregate(blocks)
+        a, p = results["atlas"][clients], results["plain"][clients]
+        print(
+            f"{clients} clients: plain {p['throughput']:.0f}/s, Atlas {a['throughput']:.0f}/s"
+            f" in block, {a['sustained']:.0f}/s over block + drain"
+            f" ({a['sustained'] / p['sustained']:.0%}); whole-machine CPU per PUT"
+            f" {a['cpu_ms_per_put']['whole machine']:.1f} vs"
+            f" {p['cpu_ms_per_put']['whole machine']:.1f} ms",
+            flush=True,
         )
-    plot(
-        "throughput_vs_clients.png",
-        {
-            "Atlas PUT /api/v1/entities/…": (
-                levels,
-                [results["atlas"][c]["throughput"] for c in levels],
-            ),
-            "plain DRF UpdateAPIView": (
-                levels,
-                [results["plain"][c]["throughput"] for c in levels],
-            ),
-        },
-        title=f"PUT throughput vs concurrent clients (gunicorn, {args.workers} sync workers)",
-        xlabel="concurrent clients",
-        ylabel="successful PUTs per second",
-        ymin0=True,
+    return results
+
+
+def run_sustained(runner: Runner, clients: int, seconds: float) -> dict[str, Any]:
+    """Atlas alone for ``seconds``; once a second, the PUTs of that second and the backlog."""
+    from django.db import connection
+
+    progress = [0] * clients
+    stop = threading.Event()
+    samples: list[dict[str, Any]] = []
+
+    def sample() -> None:
+        start, last, k = time.monotonic(), 0, 1
+        try:
+            while not stop.wait(max(0.0, start + k - time.monotonic())):
+                done, backlog = sum(progress), journal_backlog()
+                sub = runner.subscription_id
+                behind = subscription_behind(sub, newest_seq()) if sub is not None else 0
+                samples.append({"t": k, "puts": done - last, "backlog": backlog, "behind": behind})
+                if k % 10 == 0:
+                    print(f"  {k} s: {done - last} PUT/s, backlog {backlog:,}", flush=True)
+                last, k = done, k + 1
+        finally:
+            connection.close()
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        block = runner.block("atlas", clients, seconds, progress=progress, after_load=stop.set)
+    finally:
+        stop.set()
+        sampler.join(10)
+    run = aggregate([block])
+    run.update(clients=clients, samples=samples, backlog_end=block["backlog_end"])
+    print(
+        f"sustained: {run['throughput']:.0f} PUT/s, backlog {block['backlog_end']:,} at the end,"
+        f" drained in {block['drain_s']:.1f} s -> {run['sustained']:.0f} PUT/s",
+        flush=True,
     )
-    cmd = ".venv/bin/python bench/http_throughput.py" + (" --smoke" if smoke else "")
-    lines = [
-        header(cmd),
-        "",
-        f"gunicorn {args.workers} sync workers on 127.0.0.1 (a new TCP connection per request,"
-        f" as sync workers close each), client threads in one process on the same 2 cores;"
-        f" {seconds:.0f} s per endpoint and client count in each of two passes (order swapped),"
-        f" {KEYS_PER_CLIENT} keys per client. Journal tasks:"
-        f" {'Redis 127.0.0.1:6379/9' if use_redis else 'in-memory broker'}, enqueued by"
-        f" `manage.py journal_relay` running beside gunicorn on the same cores"
-        f" ({relay_enqueued:,} journal entries this run; the web workers enqueue nothing).",
-        "",
-        table(
-            [
-                "clients",
-                "plain PUT/s",
-                "plain p50 ms",
-                "plain p99 ms",
-                "Atlas PUT/s",
-                "Atlas p50 ms",
-                "Atlas p99 ms",
-                "Atlas / plain",
-                "errors",
-            ],
-            rows,
-        ),
-        "",
-        image("throughput_vs_clients.png", "throughput vs concurrent clients"),
-    ]
-    write_section("Against the peers 6. HTTP throughput (gunicorn)", "\n".join(lines))
-    write_json(args.json, {"results": results, "workers": args.workers, "levels": levels})
+    return run
+
+
+def on_sigterm(signum: int, _frame: object) -> NoReturn:
+    """SIGTERM unwinds like Ctrl-C, so the ``finally`` stops the children."""
+    raise SystemExit(128 + signum)
+
+
+def main() -> None:
+    args = parse_args()
+    signal.signal(signal.SIGTERM, on_sigterm)
+    if args.doc:
+        os.environ["ATLAS_BENCH_DOC"] = os.path.abspath(args.doc)
+    if args.plots:
+        os.environ["ATLAS_BENCH_PLOTS"] = os.path.abspath(args.plots)
+    seconds = 1.0 if args.smoke else args.seconds
+    levels = [1, 2] if args.smoke else [int(c) for c in args.clients.split(",")]
+    bench_env()
+    rid = uuid.uuid4().hex[:8]
+    broker = choose_broker(rid)
+    # This process enqueues too (a new subscription's first pump): to the same queue.
+    os.environ["CELERY_BROKER_URL"] = broker.url
+    os.environ["CELERY_TASK_DEFAULT_QUEUE"] = broker.queue
+    setup(settings="bench.settings", database=database(args.smoke))
+    from changesets.models import Subscription
+
+    root, token, paths = populate(rid, max(levels))
+    info: dict[str, Any] = {
+        "subscription": args.subscription,
+        "broker": broker.describe(),
+        "seconds": seconds,
+        "keys": KEYS_PER_CLIENT,
+        "cores": os.cpu_count(),
+        # Earlier runs' subscriptions would add deliveries (or retries) to this one's work.
+        "deactivated": Subscription.objects.filter(active=True).update(active=False),
+        "cmd": " ".join([".venv/bin/python bench/http_throughput.py", *sys.argv[1:]]),
+        "posts": 0,
+        "post_bytes": 0,
+        "warm_clients": min(4, max(levels)),  # every gunicorn worker, on keys that exist
+    }
+    runner = Runner(port=0, token=token, meter=None, paths=paths, drain_timeout=args.drain_timeout)
+    out: dict[str, Any]
+    if args.sustained:
+        run = partial(run_sustained, clients=max(levels), seconds=args.sustained)
+        out = {"sustained": measure(args, broker, info, root, runner, run)}
+    else:
+        run = partial(run_blocks, levels=levels, seconds=seconds)
+        out = {"results": measure(args, broker, info, root, runner, run), "levels": levels}
+    report(info, out, args.json)
+
+
+def measure(
+    args: argparse.Namespace,
+    broker: Broker,
+    info: dict[str, Any],
+    root: Any,
+    runner: Runner,
+    body: Callable[[Runner], dict[str, Any]],
+) -> dict[str, Any]:
+    """Start the stack, warm up, drain, run ``body(runner)``; whatever happens, stop the
+    children, delete the queue, close the receiver and deactivate the subscription."""
+    from changesets.models import Subscription
+
+    receiver: Receiver | None = None
+    try:
+        with Stack(broker) as stack:
+            info.update(
+                web_cmd=stack.shown("web"),
+                worker_cmd=stack.shown("worker"),
+                concurrency=stack.concurrency(),
+            )
+            runner.port, runner.meter = stack.port, stack.meter()
+            if args.subscription:
+                receiver, runner.subscription_id = subscribe(root, f"bench {broker.queue}")
+            warm_up_and_drain(runner, info, 0.5 if args.smoke else 1.0)
+            return body(runner)
+    finally:
+        if runner.meter is not None:
+            runner.meter.close()
+        if receiver is not None:
+            info.update(posts=receiver.posts, post_bytes=receiver.bytes)
+            receiver.close()
+        if runner.subscription_id is not None:
+            Subscription.objects.filter(pk=runner.subscription_id).update(active=False)
+
+
+def subscribe(root: Any, name: str) -> tuple[Receiver, Any]:
+    """One active subscription, every namespace, from now on, to a receiver here."""
+    from changesets.outbox.subscriptions import subscription_create
+
+    receiver = Receiver()
+    subscription = subscription_create(
+        actor=root, name=name, url=receiver.url, namespaces=[], start="now"
+    )
+    return receiver, subscription.pk
+
+
+def warm_up_and_drain(runner: Runner, info: dict[str, Any], seconds: float) -> None:
+    """Warm every web worker on both endpoints, then let the worker drain the database's
+    backlog (earlier runs' and other parts' writes, and the warm-up's) before any block."""
+    info["initial_backlog"] = journal_backlog()
+    for impl in ("plain", "atlas"):
+        load(runner.port, runner.token, runner.paths(impl, info["warm_clients"]), seconds)
+    print(f"draining {journal_backlog():,} journal entries before the first block", flush=True)
+    info["initial_drain_s"] = drain(
+        subscription_id=runner.subscription_id,
+        timeout=runner.drain_timeout,
+        label="draining before the first block",
+    )
+    print(f"drained in {info['initial_drain_s']:.1f} s", flush=True)
+
+
+def report(info: dict[str, Any], out: dict[str, Any], json_path: str | None) -> None:
+    """Targets on stdout, the section in the doc, the JSON for run_all's summary."""
+    if "sustained" in out:
+        run = out["sustained"]
+        info["other_cpu_share"] = run["other_cpu_share"]
+        write_section(SUSTAINED, sustained_section(info, run))
+        rate = run["throughput"]
+        met = verdict(run["backlog_end"] < rate).strip("*")
+        print(f"target: backlog at the end < 1 s of writes: {met}")
+    else:
+        results, levels = out["results"], out["levels"]
+        shares = [results[i][c]["other_cpu_share"] for i in results for c in levels]
+        info["other_cpu_share"] = max(shares)
+        out["targets"] = targets(results, levels, info["subscription"])
+        for row in out["targets"]:
+            met = verdict(row["met"]).strip("*")
+            print(f"target: {row['target']} at {row['clients']} clients: {row['value']}: {met}")
+        title = SUBSCRIBED if info["subscription"] else MAIN
+        write_section(title, main_section(info, results, levels))
+    if info["other_cpu_share"] > 0.1:
+        print(
+            f"!!! other jobs used up to {info['other_cpu_share']:.0%} of the machine's busy CPU"
+            " during the measurement: the figures are noisy !!!",
+            flush=True,
+        )
+    out["info"] = info
+    write_json(json_path, out)
 
 
 if __name__ == "__main__":

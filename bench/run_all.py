@@ -57,7 +57,9 @@ SECTIONS = [
 # name, script, full-run args, smoke args, time limit (s) for the full run
 PARTS = [
     ("writes", "writes_vs_peers.py", ["--profile"], ["--smoke"], 600),
-    ("http", "http_throughput.py", [], ["--smoke"], 300),
+    # Blocks of 20 s ×4 ×3 client counts, each Atlas block's drain, and first the drain of
+    # whatever backlog the earlier parts left (http_throughput.py --drain-timeout).
+    ("http", "http_throughput.py", [], ["--smoke"], 1800),
     ("feed", "feed_lag.py", [], ["--smoke"], 240),
     ("asof", "asof_vs_peers.py", [], ["--smoke"], 600),
     (
@@ -153,7 +155,7 @@ def main() -> int:
         m = machine()
         print(f"bench: {name} ({' '.join(argv[1:])}), load {m['load']} ...", flush=True)
         try:
-            subprocess.run(argv, check=True, timeout=limit, cwd=BENCH.parent)
+            run_part(argv, limit)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             failures[name] = str(exc)
             print(f"bench: {name} FAILED: {exc}", flush=True)
@@ -174,6 +176,24 @@ def main() -> int:
     write_section(SUMMARY, text)
     print(text)
     return 1 if failures else 0
+
+
+def run_part(argv: list[str], limit: float) -> None:
+    """Run one part; past ``limit``, SIGTERM it first (so it stops the servers it started
+    and deletes its broker queue), SIGKILL only if it has not stopped a minute later."""
+    with subprocess.Popen(argv, cwd=BENCH.parent) as process:
+        try:
+            process.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            raise
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, argv)
 
 
 def fmt_ratio(value: float) -> str:
@@ -325,21 +345,9 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
                     "",
                 ]
             )
-    http = results.get("http", {}).get("results", {})
-    if http.get("atlas"):
-        for clients in sorted(http["atlas"], key=int):
-            a, p = http["atlas"][clients], http["plain"][clients]
-            share = a["throughput"] / p["throughput"]
-            rows.append(
-                [
-                    f"6 HTTP PUT, {clients} client(s): Atlas vs plain DRF throughput",
-                    "≥ 70%",
-                    f"{share:.0%} ({a['throughput']:.0f} vs {p['throughput']:.0f} PUT/s;"
-                    f" p99 {a['p99']:.0f} vs {p['p99']:.0f} ms)",
-                    "met" if share >= 0.7 else f"**missed** by {0.7 - share:.0%} points",
-                    "",
-                ]
-            )
+    http = results.get("http", {})
+    if http.get("results", {}).get("atlas"):
+        rows += http_rows(http)
     storage = w.get("storage", {}).get("per_write", {})
     if storage:
         atlas_bytes = next((v["bytes"] for k, v in storage.items() if k.startswith("Atlas")), nan)
@@ -372,6 +380,41 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
     if shown:
         lines += ["", *[s + "\n" for s in shown]]
     return "\n".join(lines)
+
+
+def http_rows(http: dict) -> list[list[str]]:
+    """Part 6's targets as http_throughput.py judged them (worker running, nothing
+    marked published by hand): throughput over block + drain, backlog, CPU."""
+    if any("sustained" not in a for a in http["results"]["atlas"].values()):
+        why = "stored result from the old benchmark (no worker): rerun with `--only http`"
+        return [["6 HTTP PUT, Atlas vs plain DRF", "≥ 70%", why, "not measured", ""]]
+    out = []
+    for clients in sorted(http["results"]["atlas"], key=int):
+        a, p = http["results"]["atlas"][clients], http["results"]["plain"][clients]
+        share = a["sustained"] / p["sustained"]
+        out.append(
+            [
+                f"6 HTTP PUT, {clients} client(s): Atlas vs plain DRF, over block + drain",
+                "≥ 70%",
+                f"{share:.0%} ({a['sustained']:.0f} vs {p['sustained']:.0f} PUT/s;"
+                f" in block {a['throughput']:.0f}; p99 {a['p99']:.0f} vs {p['p99']:.0f} ms)",
+                "met" if share >= 0.7 else f"**missed** by {0.7 - share:.0%} points",
+                "",
+            ]
+        )
+    for target in http.get("targets", []):
+        if target["target"].startswith("Atlas PUT/s"):
+            continue
+        out.append(
+            [
+                f"6 HTTP, {target['clients']} client(s): {target['target']}",
+                "",
+                target["value"],
+                "met" if target["met"] else "**missed**",
+                "",
+            ]
+        )
+    return out
 
 
 def verdict(ok: bool, value: float, target: float) -> str:
