@@ -55,9 +55,10 @@ BUSY = "busy"
 MISSING = "missing"
 
 # Claim the given entries that are still outstanding (skipping any another
-# runner holds), mark them published, and return what they touched. The
-# claim is a subquery of the UPDATE so the lock and the mark are one step.
-_CLAIM_AND_MARK = """
+# runner holds), mark them published, and return them with the due
+# subscriptions they concern: the claim is a subquery of the UPDATE, so the
+# lock and the mark are one step, and the whole publish is one statement.
+_CLAIM_AND_MARK = f"""
 WITH marked AS (
     UPDATE changesets_journalentry j
     SET phase = 'published', published_at = now(), attempts = j.attempts + 1, last_error = ''
@@ -67,9 +68,17 @@ WITH marked AS (
         FOR UPDATE SKIP LOCKED
     )
     RETURNING j.changeset_id
+), touched AS (
+    SELECT DISTINCT unnest(c.namespaces) AS name
+    FROM marked m JOIN changesets_changeset c ON c.id = m.changeset_id
 )
-SELECT m.changeset_id, c.namespaces
-FROM marked m JOIN changesets_changeset c ON c.id = m.changeset_id
+SELECT
+    ARRAY(SELECT changeset_id FROM marked),
+    ARRAY(
+        SELECT s.id::text FROM changesets_subscription s
+        WHERE {pumps.DUE} AND {pumps.CONCERNED.format(names="ARRAY(SELECT name FROM touched)")}
+        ORDER BY s.id
+    )
 """
 
 _RECORD_FAILURE = """
@@ -126,14 +135,16 @@ def publish(changeset_ids: Sequence[Any]) -> dict[UUID, str]:
 
 
 def _publish_marking(ids: list[UUID]) -> dict[UUID, str]:
-    """No hooks: claim and mark in one statement, then queue the pumps, then COMMIT."""
+    """No hooks: claim, mark and find the subscriptions in one statement, queue
+    their pumps, then COMMIT (so a refused pump message leaves nothing marked)."""
     claimed: list[UUID] = []
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_CLAIM_AND_MARK, {"ids": ids})
-            rows = cursor.fetchall()
-            claimed = [_uuid(changeset_id) for changeset_id, _ in rows]
-            _wake(name for _, namespaces in rows for name in namespaces)
+            marked, subscription_ids = cursor.fetchone()
+            claimed = [_uuid(changeset_id) for changeset_id in marked]
+            if claimed and subscription_ids:
+                _wake_subscriptions(subscription_ids)
     except WakeFailed as exc:  # rolled back: the entries are outstanding again
         _record_failure(claimed, f"wake pumps: {exc.__cause__!r}")
         return dict.fromkeys(claimed, COMMITTED)
@@ -191,10 +202,13 @@ def _run_hooks(entry: JournalEntry) -> None:
 def _wake(namespaces: Iterable[str]) -> None:
     """Queue the pump of every due subscription these namespaces concern, once each."""
     names = sorted(set(namespaces))
-    if not names:
-        return
+    if names:
+        _wake_subscriptions(pumps.subscriptions_for(names))
+
+
+def _wake_subscriptions(subscription_ids: Sequence[str]) -> None:
     try:
-        pumps.wake_pumps(namespaces=names)
+        pumps.wake(subscription_ids)
     except Exception as exc:
         logger.warning("journal: could not wake pumps", exc_info=True)
         raise WakeFailed(str(exc)) from exc
