@@ -347,6 +347,10 @@ ATLAS_WEBHOOK_PAGE_SIZE = env_int("ATLAS_WEBHOOK_PAGE_SIZE", 100)
 ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS = env_float("ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS", 2)
 ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS", 600)
 ATLAS_WEBHOOK_MAX_PAGES_PER_RUN = env_int("ATLAS_WEBHOOK_MAX_PAGES_PER_RUN", 50)
+# Under load, a subscription's deliveries (and the relay's wakes of its pump) are at
+# least this far apart unless a page is full, so records gather into fewer, larger
+# deliveries; a quiet subscription is not delayed. 0: each as soon as possible.
+ATLAS_WEBHOOK_COALESCE_MS = env_float("ATLAS_WEBHOOK_COALESCE_MS", 100)
 ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN = env_float("ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN", 60)
 # A delivery body never exceeds this; a bigger changeset goes in parts (docs/feed.md).
 ATLAS_WEBHOOK_MAX_BODY_BYTES = env_int("ATLAS_WEBHOOK_MAX_BODY_BYTES", 1024 * 1024)

@@ -31,7 +31,7 @@ they must be idempotent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -112,17 +112,23 @@ def hooks_registered() -> bool:
     return changeset_committed.has_listeners(sender=JournalEntry)
 
 
-def publish(changeset_ids: Sequence[Any]) -> dict[UUID, str]:
+Wake = Callable[[Sequence[str]], Any]
+
+
+def publish(changeset_ids: Sequence[Any], *, wake: Wake | None = None) -> dict[UUID, str]:
     """Finish the post-commit work of these entries; each one's outcome, by id.
 
     Outcomes: ``published`` (by this call), ``already_published``,
     ``committed`` (this attempt failed; see ``last_error``), ``busy``
-    (another runner holds it) or ``missing``.
+    (another runner holds it) or ``missing``. ``wake`` queues the pumps of the
+    subscriptions concerned (default :func:`pumps.wake`, at once; the relay
+    passes its throttle) and raises when the broker refuses.
     """
     ids = list(dict.fromkeys(_uuid(i) for i in changeset_ids))
     if not ids:
         return {}
-    outcomes = _publish_with_hooks(ids) if hooks_registered() else _publish_marking(ids)
+    wake = wake or pumps.wake
+    outcomes = _publish_with_hooks(ids, wake) if hooks_registered() else _publish_marking(ids, wake)
     left = [i for i in ids if i not in outcomes]
     if left:  # not claimed: published already, held by another runner, or unknown
         phases = dict(JournalEntry.objects.filter(pk__in=left).values_list("pk", "phase"))
@@ -134,7 +140,7 @@ def publish(changeset_ids: Sequence[Any]) -> dict[UUID, str]:
     return {i: outcomes[i] for i in ids}
 
 
-def _publish_marking(ids: list[UUID]) -> dict[UUID, str]:
+def _publish_marking(ids: list[UUID], wake: Wake) -> dict[UUID, str]:
     """No hooks: claim, mark and find the subscriptions in one statement, queue
     their pumps, then COMMIT (so a refused pump message leaves nothing marked)."""
     claimed: list[UUID] = []
@@ -144,14 +150,14 @@ def _publish_marking(ids: list[UUID]) -> dict[UUID, str]:
             marked, subscription_ids = cursor.fetchone()
             claimed = [_uuid(changeset_id) for changeset_id in marked]
             if claimed and subscription_ids:
-                _wake_subscriptions(subscription_ids)
+                _wake_subscriptions(subscription_ids, wake)
     except WakeFailed as exc:  # rolled back: the entries are outstanding again
         _record_failure(claimed, f"wake pumps: {exc.__cause__!r}")
         return dict.fromkeys(claimed, COMMITTED)
     return dict.fromkeys(claimed, PUBLISHED)
 
 
-def _publish_with_hooks(ids: list[UUID]) -> dict[UUID, str]:
+def _publish_with_hooks(ids: list[UUID], wake: Wake) -> dict[UUID, str]:
     outcomes: dict[UUID, str] = {}
     with transaction.atomic():
         entries = list(
@@ -169,7 +175,9 @@ def _publish_with_hooks(ids: list[UUID]) -> dict[UUID, str]:
             except HookFailed as exc:
                 failed.append((entry, str(exc)))
         try:
-            _wake(name for entry in done for name in entry.changeset.namespaces)
+            names = sorted({name for entry in done for name in entry.changeset.namespaces})
+            if names:
+                _wake_subscriptions(pumps.subscriptions_for(names), wake)
         except WakeFailed as exc:
             failed += [(entry, f"wake pumps: {exc.__cause__!r}") for entry in done]
             done = []
@@ -199,16 +207,9 @@ def _run_hooks(entry: JournalEntry) -> None:
             raise HookFailed(failures)
 
 
-def _wake(namespaces: Iterable[str]) -> None:
-    """Queue the pump of every due subscription these namespaces concern, once each."""
-    names = sorted(set(namespaces))
-    if names:
-        _wake_subscriptions(pumps.subscriptions_for(names))
-
-
-def _wake_subscriptions(subscription_ids: Sequence[str]) -> None:
+def _wake_subscriptions(subscription_ids: Sequence[str], wake: Wake) -> None:
     try:
-        pumps.wake(subscription_ids)
+        wake(subscription_ids)
     except Exception as exc:
         logger.warning("journal: could not wake pumps", exc_info=True)
         raise WakeFailed(str(exc)) from exc

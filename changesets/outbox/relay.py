@@ -34,13 +34,15 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
+from math import inf
 from typing import Any
 
 import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from changesets.outbox import journal
+from changesets.outbox import journal, pumps
 from changesets.tasks import journal_publish_batch
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,7 @@ class JournalRelay:
         self.enqueued_total = 0  # ids sent to workers (hooks registered)
         self.published_total = 0  # entries this relay published itself
         self.thread: threading.Thread | None = None
+        self.wakes = WakeThrottle(settings.ATLAS_WEBHOOK_COALESCE_MS / 1000)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -108,12 +111,17 @@ class JournalRelay:
         self.active.set()
         while not self.stop.is_set():
             self.relay_pending(raw)
+            self.wakes.flush()
             self._wait(raw)
 
     def _wait(self, raw: Any) -> None:
         """Until the first notification (any number may have queued: the next
-        relay_pending covers them all), the poll interval, or ``stop``."""
+        relay_pending covers them all), a held-back pump wake falls due, the poll
+        interval, or ``stop``."""
         deadline = time.monotonic() + self.poll_seconds
+        due = self.wakes.next_due()
+        if due is not None:
+            deadline = min(deadline, due)
         while not self.stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
@@ -171,11 +179,58 @@ class JournalRelay:
                 return False
             self.enqueued_total += len(ids)
             return True
-        outcomes = journal.publish(ids)
+        outcomes = journal.publish(ids, wake=self.wakes.wake)
         if any(outcome == journal.COMMITTED for outcome in outcomes.values()):
             return False  # the pumps could not be woken (broker down): recorded; retried
         self.published_total += sum(outcome == journal.PUBLISHED for outcome in outcomes.values())
         return True
+
+
+class WakeThrottle:
+    """At most one pump message per subscription per ``interval`` (leading and trailing).
+
+    Under load the relay publishes a batch every few milliseconds, and each
+    would wake the same pumps again; a pump already delivering only finds its
+    row busy, so those messages are pure cost. The first wake goes at once (a
+    quiet subscription's latency is unchanged); wakes within ``interval`` of
+    the last one sent are held back and sent together when it has passed, so
+    nothing committed is left without a wake after it. A held-back wake the
+    broker refuses stays held and is retried; the beat wake-up is the net for
+    a relay that dies holding one.
+    """
+
+    def __init__(self, interval: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self.sent: dict[str, float] = {}  # subscription id -> when its last wake went
+        self.held: dict[str, float] = {}  # subscription id -> when its held wake is due
+
+    def wake(self, subscription_ids: Sequence[str]) -> None:
+        """Wake these now, or hold them back; raises when the broker refuses."""
+        now = self.clock()
+        for subscription_id in subscription_ids:
+            due = self.sent.get(subscription_id, -inf) + self.interval
+            if due <= now:
+                pumps.enqueue_pump(subscription_id)
+                self.sent[subscription_id] = now
+                self.held.pop(subscription_id, None)
+            else:
+                self.held[subscription_id] = due
+
+    def next_due(self) -> float | None:
+        return min(self.held.values(), default=None)
+
+    def flush(self) -> None:
+        """Send the held wakes that are due (a refusal keeps them held)."""
+        now = self.clock()
+        for subscription_id in [s for s, due in self.held.items() if due <= now]:
+            try:
+                pumps.enqueue_pump(subscription_id)
+            except Exception:  # noqa: BLE001 - kept held: retried at the next flush
+                logger.warning("journal relay: could not wake %s", subscription_id, exc_info=True)
+                return
+            self.sent[subscription_id] = now
+            del self.held[subscription_id]
 
 
 _worker_relay: JournalRelay | None = None
