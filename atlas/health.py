@@ -28,6 +28,8 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from changesets.outbox.metrics import journal_lag_seconds, scrape_registry
+
 BROKER_TIMEOUT_SECONDS = 1.0
 
 
@@ -58,13 +60,26 @@ def broker_status(timeout: float = BROKER_TIMEOUT_SECONDS) -> str:
         return f"error: {type(exc).__name__}"
 
 
+def journal_status() -> str:
+    """``"ok"``, or how far post-commit work lags when its oldest entry is older than
+    ``ATLAS_JOURNAL_MAX_LAG_SECONDS`` (the relay or the workers are down or behind)."""
+    try:
+        lag = journal_lag_seconds()
+    except Exception as exc:  # noqa: BLE001 - reported, never raised from a probe
+        return f"error: {type(exc).__name__}"
+    limit = float(settings.ATLAS_JOURNAL_MAX_LAG_SECONDS)
+    if lag > limit:
+        return f"lagging: oldest unpublished changeset is {lag:.0f} s old (limit {limit:g} s)"
+    return "ok"
+
+
 def readyz(request: HttpRequest) -> JsonResponse:
     """Ready when PostgreSQL answers; 503 otherwise so a balancer stops routing here.
 
-    The broker is reported too, but does not make the process unready: writes
-    commit without it (their journal entries wait for the sweep), so taking
-    the web tier out of the balancer would turn a delay into an outage. Its
-    status shows as ``"degraded"``.
+    The broker and the journal's lag are reported too, but do not make the
+    process unready: writes commit without them (their journal entries wait
+    for the relay or the sweep), so taking the web tier out of the balancer
+    would turn a delay into an outage. Either shows as ``"degraded"``.
     """
     checks: dict[str, str] = {}
     try:
@@ -75,9 +90,11 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
         checks["database"] = f"error: {type(exc).__name__}"
     checks["broker"] = broker_status()
+    if checks["database"] == "ok":
+        checks["journal"] = journal_status()
     if checks["database"] != "ok":
         status, code = "unavailable", 503
-    elif checks["broker"] != "ok":
+    elif checks["broker"] != "ok" or checks["journal"] != "ok":
         status, code = "degraded", 200
     else:
         status, code = "ok", 200
@@ -141,8 +158,6 @@ class MetricsView(APIView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request) -> HttpResponse:
-        from changesets.outbox.metrics import scrape_registry
-
         return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
 
     def handle_exception(self, exc: Exception) -> Any:

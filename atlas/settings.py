@@ -321,19 +321,23 @@ CELERY_BROKER_CONNECTION_TIMEOUT = env_float("ATLAS_BROKER_CONNECT_TIMEOUT_SECON
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "") or "celery"
 
 # The journal (post-commit work) and the change feed's push side (docs/feed.md).
-# A committed changeset's journal entry reaches a worker one way: the journal relay
-# (changesets/outbox/relay.py) enqueues it, woken by NOTIFY; the web tier does no
-# broker work. The beat sweep and `manage.py recover_batches` finish what is left.
+# A committed changeset's journal entry is published one way: by the journal relay
+# (changesets/outbox/relay.py), woken by NOTIFY, in sets (enqueued for a worker only
+# when changeset_committed hooks are registered); the web tier does no broker work.
+# The beat sweep and `manage.py recover_batches` finish what is left.
 # Every Celery worker runs the relay (a session advisory lock keeps one active);
 # off, run `manage.py journal_relay` somewhere instead.
 ATLAS_JOURNAL_RELAY_IN_WORKER = env_bool("ATLAS_JOURNAL_RELAY_IN_WORKER", default=True)
 # The relay checks for outstanding entries at least this often (a standby
 # relay retries the lock as often), besides waking on each NOTIFY.
 ATLAS_JOURNAL_RELAY_POLL_SECONDS = env_float("ATLAS_JOURNAL_RELAY_POLL_SECONDS", 5)
-# After a NOTIFY the relay waits this long for more commits to share one message
-# (latency to subscribers vs broker CPU under load).
+# After a NOTIFY the relay waits this long for more commits to share one batch
+# (latency to subscribers vs statements and pump messages under load).
 ATLAS_JOURNAL_RELAY_LINGER_MS = env_float("ATLAS_JOURNAL_RELAY_LINGER_MS", 10)
 ATLAS_JOURNAL_SWEEP_AGE_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_AGE_SECONDS", 60)
+# /readyz reports "degraded" (still 200) when the oldest unpublished journal entry is
+# older than this: the relay or the workers are down or cannot keep up.
+ATLAS_JOURNAL_MAX_LAG_SECONDS = env_float("ATLAS_JOURNAL_MAX_LAG_SECONDS", 60)
 ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_INTERVAL_SECONDS", 30)
 ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS = env_float(
     "ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS", 30
@@ -343,6 +347,10 @@ ATLAS_WEBHOOK_PAGE_SIZE = env_int("ATLAS_WEBHOOK_PAGE_SIZE", 100)
 ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS = env_float("ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS", 2)
 ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS", 600)
 ATLAS_WEBHOOK_MAX_PAGES_PER_RUN = env_int("ATLAS_WEBHOOK_MAX_PAGES_PER_RUN", 50)
+# Under load, a subscription's deliveries (and the relay's wakes of its pump) are at
+# least this far apart unless a page is full, so records gather into fewer, larger
+# deliveries; a quiet subscription is not delayed. 0: each as soon as possible.
+ATLAS_WEBHOOK_COALESCE_MS = env_float("ATLAS_WEBHOOK_COALESCE_MS", 100)
 ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN = env_float("ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN", 60)
 # A delivery body never exceeds this; a bigger changeset goes in parts (docs/feed.md).
 ATLAS_WEBHOOK_MAX_BODY_BYTES = env_int("ATLAS_WEBHOOK_MAX_BODY_BYTES", 1024 * 1024)

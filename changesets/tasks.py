@@ -31,12 +31,12 @@ def journal_publish(changeset_id: str) -> str:
 
 @shared_task(name="changesets.journal_publish_batch", acks_late=True)
 def journal_publish_batch(changeset_ids: list[str]) -> dict[str, int]:
-    """:func:`journal_publish` for each id, in order (the relay's message; see
-    ``changesets.outbox.relay``): outcome counts. One entry's failure is recorded
-    on it and the others go on; a worker lost mid-batch gets the batch again."""
+    """:func:`journal.publish` for a batch (the relay's message when hooks are
+    registered; see ``changesets.outbox.relay``): outcome counts. One entry's
+    failure is recorded on it and the others go on; a worker lost mid-batch gets
+    the batch again."""
     counts: dict[str, int] = {}
-    for changeset_id in changeset_ids:
-        outcome = journal.journal_publish(changeset_id=changeset_id)
+    for outcome in journal.publish(changeset_ids).values():
         counts[outcome] = counts.get(outcome, 0) + 1
     return counts
 

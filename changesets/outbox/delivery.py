@@ -72,6 +72,8 @@ class StepResult:
         str  # delivered | failed | narrowed | parked | idle | busy | missing | inactive | backoff
     )
     retry_in: float | None = None
+    # More was ready at once: the page was full, or this delivery was one part
+    # of a changeset or stopped short of the page at the body limit.
     full: bool = False
 
 
@@ -119,7 +121,8 @@ def deliver_next_page(subscription_id: str) -> StepResult:
         finished = timezone.now()
         if outcome.ok:
             _record_success(subscription, out, at=finished)
-            return StepResult("delivered", full=page.full)
+            more = page.full or not out.last_part or out.cursor_after < page.last_seq
+            return StepResult("delivered", full=more)
         return _record_failure(
             subscription, out, error=outcome.error or "delivery failed", at=finished
         )

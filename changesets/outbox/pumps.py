@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db.models import Q
-from django.utils import timezone
+from django.db import connection
 
 from changesets.models import Subscription
 from changesets.outbox import delivery
@@ -52,12 +50,15 @@ def subscription_pump(
     deadline = time.monotonic() + (max_seconds or settings.ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN)
     pages = 0
     while True:
+        began = time.monotonic()
         step = delivery.deliver_next_page(subscription_id)
         if step.outcome == "delivered":
             pages += 1
             if pages >= max_pages or time.monotonic() >= deadline:
                 enqueue_pump(subscription_id)
                 return "yielded"
+            if not step.full:
+                _coalesce(subscription_id, since=began)
             continue
         if step.outcome == "idle":
             # The row is released now. A wake that came while we held it was
@@ -76,6 +77,26 @@ def subscription_pump(
         return step.outcome
 
 
+def _coalesce(subscription_id: str, *, since: float) -> None:
+    """After a page that was not full: if more has committed meanwhile, let it
+    gather until ``ATLAS_WEBHOOK_COALESCE_MS`` after the last delivery began.
+
+    Under load a pump would otherwise send one small page per commit, and a
+    delivery costs far more than a record (the claim, the page read, signing,
+    the POST); a quiet subscription waits for nothing (nothing new: no sleep).
+    """
+    pause = since + float(settings.ATLAS_WEBHOOK_COALESCE_MS) / 1000 - time.monotonic()
+    if pause <= 0:
+        return
+    subscription = (
+        Subscription.objects.filter(pk=subscription_id).only("cursor_seq", "namespaces").first()
+    )
+    if subscription is not None and feed.has_records_after(
+        after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
+    ):
+        time.sleep(pause)
+
+
 def enqueue_pump(subscription_id: str, *, countdown: float | None = None) -> None:
     """Queue a pump run for one subscription (raises when the broker is unreachable)."""
     if countdown:
@@ -84,20 +105,34 @@ def enqueue_pump(subscription_id: str, *, countdown: float | None = None) -> Non
         pump.delay(str(subscription_id))
 
 
-def _due(now: Any) -> Q:
-    return Q(active=True, parked_seq__isnull=True) & (
-        Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
-    )
+# A subscription is due when it is active, not parked and not waiting out a
+# backoff: its pump may be woken. SQL, not a Q, because the journal decides it
+# inside its claim-and-mark statement (changesets.outbox.journal); alias ``s``.
+DUE = (
+    "s.active AND s.parked_seq IS NULL"
+    " AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())"
+)
+# ... and concerned by a changeset touching the namespaces in ``{names}`` (an
+# SQL array expression): it follows every namespace, or one of those.
+CONCERNED = "(s.namespaces = '{{}}' OR s.namespaces && {names})"
 
 
 def subscriptions_for(namespaces: Sequence[str]) -> list[str]:
     """Ids of due, active subscriptions that a changeset in ``namespaces`` concerns."""
-    return [
-        str(pk)
-        for pk in Subscription.objects.filter(_due(timezone.now()))
-        .filter(Q(namespaces=[]) | Q(namespaces__overlap=list(namespaces)))
-        .values_list("pk", flat=True)
-    ]
+    sql = (
+        f"SELECT s.id FROM changesets_subscription s WHERE {DUE}"
+        f" AND {CONCERNED.format(names='%s::varchar[]')} ORDER BY s.id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list(namespaces)])
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
+def wake(subscription_ids: Sequence[str]) -> int:
+    """Queue a pump for each subscription (raises when the broker is unreachable)."""
+    for subscription_id in subscription_ids:
+        enqueue_pump(subscription_id)
+    return len(subscription_ids)
 
 
 def wake_pumps(*, namespaces: Sequence[str]) -> int:
@@ -107,10 +142,7 @@ def wake_pumps(*, namespaces: Sequence[str]) -> int:
     Raises when the broker is unreachable (the journal entry then stays
     outstanding and is retried).
     """
-    ids = subscriptions_for(namespaces)
-    for subscription_id in ids:
-        enqueue_pump(subscription_id)
-    return len(ids)
+    return wake(subscriptions_for(namespaces))
 
 
 def wake_due_subscriptions() -> int:
@@ -120,9 +152,10 @@ def wake_due_subscriptions() -> int:
     restarted broker, and retries whose scheduled message went missing.
     """
     woken = 0
-    for subscription in Subscription.objects.filter(_due(timezone.now())).only(
-        "id", "cursor_seq", "namespaces"
-    ):
+    due = Subscription.objects.raw(
+        f"SELECT s.id, s.cursor_seq, s.namespaces FROM changesets_subscription s WHERE {DUE}"
+    )
+    for subscription in due:
         if feed.has_records_after(
             after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
         ):

@@ -1,22 +1,31 @@
-"""The journal relay: the worker side enqueues post-commit work, not the request.
+"""The journal relay: post-commit work is done beside the workers, not in the request.
 
 Every journal insert notifies channel ``atlas_journal`` (a statement trigger,
 migration 0010; PostgreSQL delivers it at commit). The relay LISTENs on its
 own connection, and on each notification (or every
 ``ATLAS_JOURNAL_RELAY_POLL_SECONDS`` without one) reads the entries committed
-since its last wake and enqueues ``journal_publish_batch`` for them, up to
-``BATCH`` ids a message. This is the transactional-outbox relay: the journal
-table is the outbox, and the web tier does no broker work at all. Publishing
-from the request cost about 0.8 ms of CPU a write (Celery and kombu build a
-Redis client per message), and one message per batch amortizes it under load.
+since its last wake, up to ``BATCH`` at a time, and publishes them
+(:func:`changesets.outbox.journal.publish`): with no ``changeset_committed``
+hooks registered that is a statement or two per batch and one pump message
+per subscription woken, done right here; with hooks it enqueues
+``journal_publish_batch`` (one message per batch) so the hooks run in a
+worker with Celery's retries. This is the transactional-outbox relay: the
+journal table is the outbox, and the web tier does no broker work at all.
+
+Why not a Celery task per batch in every case: publishing N changesets is a
+constant number of statements, while a task costs the relay a message and a
+worker process a task run (measured at several ms of CPU per changeset with
+one task per changeset; docs/benchmarks.md, "HTTP throughput"). The relay
+lingers ``ATLAS_JOURNAL_RELAY_LINGER_MS`` after a notification so that
+commits close behind one another share one batch.
 
 It runs in every Celery worker's main process (``worker_ready``), or alone
 (``manage.py journal_relay``); a session advisory lock keeps one relay
 active, and the others take over within a poll interval when its session
-ends. Each entry is enqueued once, in seq order (see
-:meth:`JournalRelay.relay_pending`); one that is still ``committed`` later
-(a lost message, failed hooks, workers down) is the beat sweep's and
-``recover_batches``'s, as before.
+ends. Entries are handled once each, in seq order (see
+:meth:`JournalRelay.relay_pending`); one still ``committed`` later (failed
+hooks, a lost message, a relay that was down) is the beat sweep's and
+``recover_batches``'s.
 """
 
 from __future__ import annotations
@@ -25,12 +34,15 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
+from math import inf
 from typing import Any
 
 import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection
 
+from changesets.outbox import journal, pumps
 from changesets.tasks import journal_publish_batch
 
 logger = logging.getLogger(__name__)
@@ -39,6 +51,13 @@ CHANNEL = "atlas_journal"
 # pg_try_advisory_lock key: the bytes of "atlasrly" as a bigint.
 LOCK_KEY = int.from_bytes(b"atlasrly", "big") - (1 << 63)
 BATCH = 200
+# The wake query: the next outstanding entries after the mark, in seq order.
+# A seek on the partial index ``journal_pending`` whatever the backlog
+# (tests/changesets/test_publish_sets.py checks the plan at 100,000 outstanding).
+NEXT_BATCH = (
+    "SELECT seq, changeset_id FROM changesets_journalentry"
+    " WHERE phase = 'committed' AND seq > %s ORDER BY seq LIMIT %s"
+)
 
 
 class JournalRelay:
@@ -58,8 +77,10 @@ class JournalRelay:
         self.stop = threading.Event()
         self.active = threading.Event()  # holds the lock and is listening
         self.mark: int | None = None  # see relay_pending
-        self.enqueued_total = 0
+        self.enqueued_total = 0  # ids sent to workers (hooks registered)
+        self.published_total = 0  # entries this relay published itself
         self.thread: threading.Thread | None = None
+        self.wakes = WakeThrottle(settings.ATLAS_WEBHOOK_COALESCE_MS / 1000)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -90,71 +111,126 @@ class JournalRelay:
         self.active.set()
         while not self.stop.is_set():
             self.relay_pending(raw)
+            self.wakes.flush()
             self._wait(raw)
 
     def _wait(self, raw: Any) -> None:
         """Until the first notification (any number may have queued: the next
-        relay_pending covers them all), the poll interval, or ``stop``."""
+        relay_pending covers them all), a held-back pump wake falls due, the poll
+        interval, or ``stop``."""
         deadline = time.monotonic() + self.poll_seconds
+        due = self.wakes.next_due()
+        if due is not None:
+            deadline = min(deadline, due)
         while not self.stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             for _ in raw.notifies(timeout=min(left, 1.0), stop_after=1):
                 # Linger a moment so that commits close behind this one share its
-                # message: one enqueue costs ~0.8 ms of CPU however many ids it carries.
+                # batch: a batch costs the same few statements however many it carries.
                 if self.linger_seconds:
                     self.stop.wait(self.linger_seconds)
                 return
 
     def relay_pending(self, raw: Any) -> int:
-        """Enqueue the entries committed past the mark; return how many.
+        """Publish (or, with hooks registered, enqueue) the entries past the mark; how many.
 
         The mark is a seq: seq order is commit order (invariant 6), so once an
-        entry past the mark is seen, every entry before it has committed. Each
-        wake reads only what committed since the last one, however large the
-        backlog of unpublished entries behind the mark (workers down): those
-        are the beat sweep's. A session starts its mark before the oldest
-        outstanding entry, so a relay that takes over enqueues what the
-        previous one left.
+        entry past the mark is seen, every entry before it has committed. The
+        read is one seek on ``journal_pending`` (outstanding entries by seq),
+        however large the backlog. An entry left behind the mark (its hooks
+        failed, another runner held it, its message was lost) is the beat
+        sweep's. A session starts its mark before the oldest outstanding
+        entry, so a relay that takes over finishes what the previous one left.
         """
         if self.mark is None:
             self.mark = raw.execute(
-                "SELECT COALESCE((SELECT min(c.seq) - 1 FROM changesets_journalentry j"
-                " JOIN changesets_changeset c ON c.id = j.changeset_id"
-                " WHERE j.phase = 'committed'),"
+                "SELECT COALESCE((SELECT min(seq) - 1 FROM changesets_journalentry"
+                " WHERE phase = 'committed'),"
                 " (SELECT COALESCE(max(seq), 0) FROM changesets_changeset))"
             ).fetchone()[0]
         count = 0
         while not self.stop.is_set():
-            # One statement, one snapshot: the newest seq is read with the rows, so
-            # nothing can commit between them and be skipped by the new mark.
-            rows = raw.execute(
-                "(SELECT c.seq, j.changeset_id FROM changesets_changeset c"
-                " JOIN changesets_journalentry j ON j.changeset_id = c.id"
-                " WHERE c.seq > %s AND j.phase = 'committed' ORDER BY c.seq LIMIT %s)"
-                " UNION ALL SELECT COALESCE(max(seq), 0), NULL FROM changesets_changeset",
-                [self.mark, BATCH],
-            ).fetchall()
-            newest = next(seq for seq, changeset_id in rows if changeset_id is None)
-            found = sorted((seq, str(i)) for seq, i in rows if i is not None)
-            if found:
-                try:
-                    journal_publish_batch.apply_async(args=([i for _, i in found],), retry=False)
-                except Exception:  # noqa: BLE001 - broker down: the mark stays; next wake retries
-                    logger.warning(
-                        "journal relay: could not enqueue %d id(s)", len(found), exc_info=True
-                    )
-                    return count
-                count += len(found)
-                self.enqueued_total += len(found)
-            if len(found) < BATCH:
-                # Nothing else outstanding up to the newest seq of this snapshot
-                # (the rest past the mark were published, or branch changesets).
-                self.mark = max(self.mark, newest)
+            found = raw.execute(NEXT_BATCH, [self.mark, BATCH]).fetchall()
+            if not found:
                 return count
+            ids = [str(changeset_id) for _, changeset_id in found]
+            if not self._hand_over(ids):
+                return count  # the mark stays: the next wake tries these again
+            count += len(ids)
             self.mark = found[-1][0]
+            if len(found) < BATCH:
+                return count
         return count
+
+    def _hand_over(self, ids: list[str]) -> bool:
+        """Publish ``ids`` here, or enqueue them when hooks must run in a worker.
+
+        Hooks are user code with the Celery retry semantics they were promised
+        (``changesets.signals``); without any, publishing is a statement or two
+        and a Celery message would cost more than the work it carries.
+        """
+        if journal.hooks_registered():
+            try:
+                journal_publish_batch.apply_async(args=(ids,), retry=False)
+            except Exception:  # noqa: BLE001 - broker down: the mark stays; next wake retries
+                logger.warning("journal relay: could not enqueue %d id(s)", len(ids), exc_info=True)
+                return False
+            self.enqueued_total += len(ids)
+            return True
+        outcomes = journal.publish(ids, wake=self.wakes.wake)
+        if any(outcome == journal.COMMITTED for outcome in outcomes.values()):
+            return False  # the pumps could not be woken (broker down): recorded; retried
+        self.published_total += sum(outcome == journal.PUBLISHED for outcome in outcomes.values())
+        return True
+
+
+class WakeThrottle:
+    """At most one pump message per subscription per ``interval`` (leading and trailing).
+
+    Under load the relay publishes a batch every few milliseconds, and each
+    would wake the same pumps again; a pump already delivering only finds its
+    row busy, so those messages are pure cost. The first wake goes at once (a
+    quiet subscription's latency is unchanged); wakes within ``interval`` of
+    the last one sent are held back and sent together when it has passed, so
+    nothing committed is left without a wake after it. A held-back wake the
+    broker refuses stays held and is retried; the beat wake-up is the net for
+    a relay that dies holding one.
+    """
+
+    def __init__(self, interval: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self.sent: dict[str, float] = {}  # subscription id -> when its last wake went
+        self.held: dict[str, float] = {}  # subscription id -> when its held wake is due
+
+    def wake(self, subscription_ids: Sequence[str]) -> None:
+        """Wake these now, or hold them back; raises when the broker refuses."""
+        now = self.clock()
+        for subscription_id in subscription_ids:
+            due = self.sent.get(subscription_id, -inf) + self.interval
+            if due <= now:
+                pumps.enqueue_pump(subscription_id)
+                self.sent[subscription_id] = now
+                self.held.pop(subscription_id, None)
+            else:
+                self.held[subscription_id] = due
+
+    def next_due(self) -> float | None:
+        return min(self.held.values(), default=None)
+
+    def flush(self) -> None:
+        """Send the held wakes that are due (a refusal keeps them held)."""
+        now = self.clock()
+        for subscription_id in [s for s, due in self.held.items() if due <= now]:
+            try:
+                pumps.enqueue_pump(subscription_id)
+            except Exception:  # noqa: BLE001 - kept held: retried at the next flush
+                logger.warning("journal relay: could not wake %s", subscription_id, exc_info=True)
+                return
+            self.sent[subscription_id] = now
+            del self.held[subscription_id]
 
 
 _worker_relay: JournalRelay | None = None

@@ -449,3 +449,23 @@ def test_readyz_reports_the_broker(client, db, settings):
     assert body["status"] == "degraded"
     assert body["checks"]["database"] == "ok"
     assert body["checks"]["broker"].startswith("error")
+
+
+def test_readyz_reports_a_lagging_journal_as_degraded(client, staff, namespace, write, settings):
+    settings.CELERY_BROKER_URL = "memory://"
+    settings.ATLAS_JOURNAL_MAX_LAG_SECONDS = 60
+    changeset = write(staff, f"{NS}/order/a", {"n": 1}).changeset
+    assert client.get("/readyz").json()["checks"]["journal"] == "ok"  # outstanding, but young
+
+    age(changeset, 90)
+    response = client.get("/readyz")
+
+    assert response.status_code == 200  # writes still work; this is a delay, not an outage
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["checks"]["journal"].startswith("lagging: oldest unpublished changeset is 9")
+    journal.journal_publish(changeset_id=changeset.id)
+    assert client.get("/readyz").json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "broker": "ok", "journal": "ok"},
+    }

@@ -2,6 +2,8 @@
 
 Each test runs relays in threads with their own connections (LISTEN, the
 advisory lock) and commits for real; the broker is replaced by a recorder.
+With ``changeset_committed`` hooks registered (``hooked``) the relay enqueues
+batches for the workers; without, it publishes them itself.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from changesets.models import JournalEntry, Rpc
+from changesets.models import JournalEntry, JournalPhase, Rpc
 from changesets.ops import PutOp
 from changesets.outbox import journal
 from changesets.outbox.relay import JournalRelay, start_in_thread
 from changesets.services.apply import changeset_apply
+from changesets.signals import changeset_committed
 from changesets.tasks import journal_publish_batch
 from entities.store import EntityKey, baseline
 from tests.changesets.worker_helpers import wait_for
@@ -32,7 +35,16 @@ def relay_mode(not_eager) -> None:
 
 
 @pytest.fixture
-def broker(monkeypatch) -> list[list[str]]:
+def hooked() -> Iterator[None]:
+    """A ``changeset_committed`` hook is registered: hooks run in workers, so the
+    relay enqueues batches instead of publishing them itself."""
+    changeset_committed.connect(lambda **kw: None, dispatch_uid="test-relay-hook", weak=False)
+    yield
+    changeset_committed.disconnect(dispatch_uid="test-relay-hook")
+
+
+@pytest.fixture
+def broker(monkeypatch, hooked) -> list[list[str]]:
     """Each ``journal_publish_batch`` message the relays send (its list of ids)."""
     messages: list[list[str]] = []
     lock = threading.Lock()
@@ -173,7 +185,7 @@ def test_a_killed_relay_session_reconnects_and_catches_up(
 
 
 def test_a_broker_outage_is_retried_at_the_next_wake(
-    staff, namespace, relay_mode, relays, monkeypatch
+    staff, namespace, relay_mode, relays, monkeypatch, hooked
 ):
     calls: list[list[str]] = []
     up = threading.Event()
@@ -202,3 +214,73 @@ def test_the_batch_task_publishes_each_entry_and_counts_outcomes(staff, namespac
 
     assert counts == {"already_published": 1, "published": 2, "missing": 1}
     assert not JournalEntry.objects.filter(phase="committed").exists()
+
+
+# --- without hooks: the relay publishes itself -----------------------------------------------
+
+
+def test_without_hooks_the_relay_publishes_each_entry_once_in_commit_order(
+    staff, namespace, relay_mode, relays, monkeypatch
+):
+    sent: list[Any] = []
+    monkeypatch.setattr(journal_publish_batch, "apply_async", lambda **kw: sent.append(kw))
+    relay = relays(poll_seconds=60)  # only the NOTIFY can wake it
+    wait_for(relay.active.is_set, timeout=10, what="the relay to become active", every=0.02)
+    ids = [write(staff, namespace, n) for n in range(5)]
+
+    wait_for(
+        lambda: not JournalEntry.objects.filter(phase=JournalPhase.COMMITTED).exists(),
+        timeout=5,
+        what="the relay to publish five entries",
+        every=0.02,
+    )
+    time.sleep(0.3)  # anything more would be a second attempt
+    entries = JournalEntry.objects.filter(pk__in=ids).order_by("seq")
+    assert [str(e.pk) for e in entries] == ids
+    assert all(e.attempts == 1 and e.published_at is not None for e in entries)
+    published = [e.published_at for e in entries]
+    assert published == sorted(published), "published in commit order"
+    assert relay.published_total == 5
+    assert (relay.enqueued_total, sent) == (0, []), "no Celery task without hooks"
+
+
+def test_without_hooks_a_broker_outage_is_recorded_and_retried_at_the_next_wake(
+    staff, namespace, relay_mode, relays, monkeypatch, settings
+):
+    from changesets.outbox.subscriptions import subscription_create
+
+    settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS = True
+    subscription = subscription_create(actor=None, name="s", url="http://127.0.0.1:9/")
+    calls: list[str] = []
+    up = threading.Event()
+
+    def enqueue_pump(subscription_id, countdown=None):
+        calls.append(subscription_id)
+        if not up.is_set():
+            raise ConnectionError("broker unreachable")
+
+    monkeypatch.setattr("changesets.outbox.pumps.enqueue_pump", enqueue_pump)
+    relays(poll_seconds=0.3)
+    changeset_id = write(staff, namespace, 1)
+    wait_for(lambda: len(calls) >= 1, timeout=5, what="a failed attempt", every=0.02)
+    wait_for(
+        lambda: JournalEntry.objects.get(pk=changeset_id).failures == 1,
+        timeout=5,
+        what="the failure to be recorded",
+        every=0.02,
+    )
+    left = JournalEntry.objects.get(pk=changeset_id)
+    assert left.phase == JournalPhase.COMMITTED and "broker unreachable" in left.last_error
+
+    up.set()
+    wait_for(
+        lambda: JournalEntry.objects.get(pk=changeset_id).phase == JournalPhase.PUBLISHED,
+        timeout=5,
+        what="the retry to publish it",
+        every=0.02,
+    )
+    time.sleep(0.8)
+    assert calls[-1] == str(subscription.id)
+    done = JournalEntry.objects.get(pk=changeset_id)
+    assert done.last_error == "" and done.failures >= 1  # one per wake while it was down
+    assert done.attempts == done.failures + 1

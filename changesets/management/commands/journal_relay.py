@@ -1,12 +1,13 @@
 """Run the journal relay in the foreground (``changesets.outbox.relay``).
 
 ``python manage.py journal_relay`` listens for committed changesets and
-enqueues their journal work for the Celery workers, as each worker's built-in
-relay does (``ATLAS_JOURNAL_RELAY_IN_WORKER``). Run it where workers should
-not hold the extra database session, or for a deployment whose workers run
+publishes their journal entries (or, with hooks registered, enqueues them for
+the Celery workers), as each worker's built-in relay does
+(``ATLAS_JOURNAL_RELAY_IN_WORKER``). Run it where workers should not hold the
+extra database session, or for a deployment whose workers run
 with the relay turned off. Several may run: one is active at a time, the
 others wait for its lock. Prints a line when it becomes active and, every
-``--report-seconds``, how many entries it has enqueued. Stops on Ctrl-C or
+``--report-seconds``, how many entries it has relayed. Stops on Ctrl-C or
 SIGTERM.
 """
 
@@ -22,14 +23,14 @@ from changesets.outbox.relay import JournalRelay, start_in_thread
 
 
 class Command(BaseCommand):
-    help = "Run the journal relay (enqueue committed changesets' journal work) until stopped."
+    help = "Run the journal relay (publish committed changesets' journal entries) until stopped."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--report-seconds",
             type=float,
             default=60.0,
-            help="Print the enqueued count this often (0: never). Default 60.",
+            help="Print the relayed count this often (0: never). Default 60.",
         )
 
     def handle(self, *args: Any, report_seconds: float, **options: Any) -> None:
@@ -45,10 +46,16 @@ class Command(BaseCommand):
                     announced = True
                 if report_seconds and time.monotonic() >= next_report:
                     next_report += report_seconds
-                    self.stdout.write(
-                        f"journal relay: {relay.enqueued_total} entr(ies) enqueued so far"
-                    )
+                    self.stdout.write(f"journal relay: {_handled(relay)} so far")
                     self.stdout.flush()
         except KeyboardInterrupt:
             relay.stop.set()
-        self.stdout.write(f"journal relay: stopped; {relay.enqueued_total} entr(ies) enqueued")
+        self.stdout.write(f"journal relay: stopped; {_handled(relay)}")
+
+
+def _handled(relay: JournalRelay) -> str:
+    total = relay.published_total + relay.enqueued_total
+    return (
+        f"{total} entr(ies) relayed ({relay.published_total} published here,"
+        f" {relay.enqueued_total} enqueued for hooks)"
+    )

@@ -81,23 +81,24 @@ class Command(BaseCommand):
         failed: list[Any] = []
         busy: list[Any] = []
         progress = tqdm(
-            ids,
+            total=len(ids),
             desc="journal entries",
             unit="entry",
             file=sys.stderr,
             disable=options["no_progress"],
         )
-        for changeset_id in progress:
-            outcome = journal.journal_publish(changeset_id=changeset_id)
-            self._tally(outcome, changeset_id, counts, failed, busy)
+        for start in range(0, len(ids), journal.SWEEP_CHUNK):
+            chunk = ids[start : start + journal.SWEEP_CHUNK]
+            for changeset_id, outcome in journal.publish(chunk).items():
+                self._tally(outcome, changeset_id, counts, failed, busy)
+            progress.update(len(chunk))
         progress.close()
 
         deadline = time.monotonic() + options["wait"]
         while busy and time.monotonic() < deadline:
             time.sleep(0.2)
             waiting, busy = busy, []
-            for changeset_id in waiting:
-                outcome = journal.journal_publish(changeset_id=changeset_id)
+            for changeset_id, outcome in journal.publish(waiting).items():
                 self._tally(outcome, changeset_id, counts, failed, busy)
 
         self.stdout.write(
