@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from celery import shared_task
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from changesets.models import Subscription
 from changesets.outbox import delivery
@@ -84,17 +84,24 @@ def _coalesce(subscription_id: str, *, since: float) -> None:
     Under load a pump would otherwise send one small page per commit, and a
     delivery costs far more than a record (the claim, the page read, signing,
     the POST); a quiet subscription waits for nothing (nothing new: no sleep).
+    The wait holds the subscription's row, as a delivery does, so a pump woken
+    meanwhile finds it busy and leaves instead of sending the small page this
+    one is waiting to grow; this run delivers it right after.
     """
     pause = since + float(settings.ATLAS_WEBHOOK_COALESCE_MS) / 1000 - time.monotonic()
     if pause <= 0:
         return
-    subscription = (
-        Subscription.objects.filter(pk=subscription_id).only("cursor_seq", "namespaces").first()
-    )
-    if subscription is not None and feed.has_records_after(
-        after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
-    ):
-        time.sleep(pause)
+    with transaction.atomic():
+        subscription = (
+            Subscription.objects.select_for_update(skip_locked=True)
+            .filter(pk=subscription_id)
+            .only("cursor_seq", "namespaces")
+            .first()
+        )
+        if subscription is not None and feed.has_records_after(
+            after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
+        ):
+            time.sleep(pause)
 
 
 def enqueue_pump(subscription_id: str, *, countdown: float | None = None) -> None:

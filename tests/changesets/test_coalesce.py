@@ -161,3 +161,45 @@ def test_a_refused_leading_wake_raises_so_the_entries_stay_outstanding(clock, mo
     with pytest.raises(ConnectionError):
         throttle.wake(["a"])
     assert throttle.next_due() is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pump_woken_while_another_coalesces_finds_the_row_busy(
+    staff, namespace, receivers, no_wake, monkeypatch, settings
+):
+    import threading
+
+    from django.db import connection
+
+    settings.ATLAS_WEBHOOK_COALESCE_MS = 1500
+    commit(staff, 0)
+    receiver = receivers()
+    sub = subscription_create(actor=None, name="c", url=receiver.url)
+    real_step = delivery.deliver_next_page
+    coalescing = threading.Event()
+
+    def step(subscription_id: str) -> delivery.StepResult:
+        result = real_step(subscription_id)
+        if result.outcome == "delivered" and not coalescing.is_set():
+            commit(staff, 1)
+            coalescing.set()  # the pump is about to wait for more
+        return result
+
+    monkeypatch.setattr(delivery, "deliver_next_page", step)
+    outcome: list[str] = []
+
+    def run() -> None:
+        try:
+            outcome.append(pumps.subscription_pump(subscription_id=str(sub.id)))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert coalescing.wait(10)
+    time.sleep(0.3)  # well inside the 1.5 s wait
+
+    assert real_step(str(sub.id)).outcome == "busy"
+    thread.join(10)
+    assert outcome == ["idle"]
+    assert len(receiver.deliveries) == 2
