@@ -88,10 +88,16 @@ class Changeset(AppendOnlyModel):
 
     class Meta:
         ordering = ["-seq"]
+        # Ascending on seq, read backwards for "newest first": seq only rises, so
+        # every insert lands on the rightmost leaf and pages fill to the fillfactor
+        # (a descending index fills its leftmost leaf, which splits half-empty).
+        # ``changeset_at_seq`` turns a time into the seq boundary it stands for
+        # (``changesets.selectors.timebound``): ``at`` never runs backwards in seq
+        # order, so "at <= T" is a prefix of the log and one seek finds its end.
         indexes = [
-            models.Index(fields=["branch", "-seq"], name="changeset_branch_seq"),
-            models.Index(fields=["author_name", "-seq"], name="changeset_author_seq"),
-            models.Index(fields=["at"], name="changeset_at"),
+            models.Index(fields=["branch", "seq"], name="changeset_branch_seq"),
+            models.Index(fields=["author_name", "seq"], name="changeset_author_seq"),
+            models.Index(fields=["at", "seq"], name="changeset_at_seq"),
             GinIndex(fields=["namespaces"], name="changeset_namespaces"),
         ]
         constraints = [

@@ -29,7 +29,7 @@ from django.db import connection
 
 from atlas.exceptions import BadRequest, NotFound
 from changesets.models import BASELINE, Changeset
-from changesets.selectors.log import end_of_millisecond, visible_changesets
+from changesets.selectors.log import end_of_millisecond, seq_upto, visible_changesets
 from entities.store import EntityKey, StoredEntity, entity_filters, row_to_entity
 
 # The key's hash as ``revision_asof`` indexes it (migration 0007): the planner
@@ -98,6 +98,35 @@ def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> C
     return visible_changesets(namespaces).filter(pk=changeset_id).first()
 
 
+# ``as_of_time`` for a caller who reads only some namespaces, in one statement:
+# ``b`` is the time's seq boundary (one seek on ``changeset_at_seq``); ``near``
+# reads the newest ``window`` baseline changesets at or before it off
+# ``changeset_branch_seq``, where a caller reading anything busy finds one. Only
+# when none of those is visible (and there were more) does the second arm run
+# (COALESCE evaluates it lazily): the caller's namespaces on the GIN index,
+# older than the window. ``seq + 0`` keeps the planner from answering that arm
+# with a backward walk over everything the caller cannot see.
+_AS_OF_TIME_SCOPED = """
+WITH b AS MATERIALIZED (
+    SELECT seq FROM changesets_changeset
+    WHERE at <= %(at)s ORDER BY at DESC, seq DESC LIMIT 1
+), near AS MATERIALIZED (
+    SELECT seq, namespaces FROM changesets_changeset
+    WHERE branch = '' AND seq <= (SELECT seq FROM b) ORDER BY seq DESC LIMIT %(window)s
+)
+SELECT * FROM changesets_changeset WHERE seq = COALESCE(
+    (SELECT max(seq) FROM near WHERE namespaces && %(ns)s::varchar(200)[]),
+    (SELECT seq FROM changesets_changeset
+     WHERE (SELECT count(*) FROM near) = %(window)s
+       AND branch = '' AND namespaces && %(ns)s::varchar(200)[]
+       AND seq < (SELECT min(seq) FROM near)
+     ORDER BY seq + 0 DESC LIMIT 1)
+)
+"""
+# How many changesets before the boundary the scoped resolution reads in order.
+_WINDOW = 200
+
+
 def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset | None:
     """The newest baseline changeset at or before ``at`` that the caller can see.
 
@@ -109,13 +138,18 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
     when an older row stored microseconds (new rows store milliseconds:
     ``changesets.services.apply.log_clock``). Ties within a millisecond go to the
     highest seq.
+
+    A seek, not a walk: ``at`` never runs backwards in seq order, so the time
+    becomes a seq boundary (:func:`~changesets.selectors.log.seq_upto`) and the
+    answer is the newest visible baseline changeset at or below it.
     """
-    return (
-        visible_changesets(namespaces)
-        .filter(branch=BASELINE, at__lte=end_of_millisecond(at))
-        .order_by("-seq")
-        .first()
-    )
+    if namespaces is None:
+        newest = Changeset.objects.filter(branch=BASELINE, seq__lte=seq_upto(at))
+        return newest.order_by("-seq").first()
+    if not namespaces:
+        return None
+    params = {"at": end_of_millisecond(at), "window": _WINDOW, "ns": list(namespaces)}
+    return next(iter(Changeset.objects.raw(_AS_OF_TIME_SCOPED, params)), None)
 
 
 # The branch header, named here as the pointer of the error (selectors know no HTTP).

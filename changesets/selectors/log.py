@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, QuerySet, Subquery
 
 from changesets.models import BASELINE, Changeset, LogHead, Revision
 from entities.store import EntityKey
@@ -37,6 +37,27 @@ def end_of_millisecond(at: datetime) -> datetime:
     (new rows store milliseconds: ``changesets.services.apply.log_clock``).
     """
     return at.replace(microsecond=at.microsecond - at.microsecond % 1000 + 999)
+
+
+def seq_upto(at: datetime) -> Subquery:
+    """The last seq at or before ``at`` (its whole millisecond), as a subquery.
+
+    ``at`` never runs backwards in seq order (the log statement draws it with
+    ``GREATEST`` under the log head's lock), so the changesets at or before a
+    time are a prefix of the log and this one seek on ``changeset_at_seq`` finds
+    where it ends. Bounding by seq from there lets every seq-ordered index start
+    at the boundary instead of walking back to it from the newest row. NULL when
+    nothing is that old (``seq <= NULL`` holds for no row).
+    """
+    bound = end_of_millisecond(at)
+    newest = Changeset.objects.filter(at__lte=bound).order_by("-at", "-seq")
+    return Subquery(newest.values("seq")[:1])
+
+
+def seq_from(at: datetime) -> Subquery:
+    """The first seq at or after ``at``: the other end of a time bound (:func:`seq_upto`)."""
+    oldest = Changeset.objects.filter(at__gte=at).order_by("at", "seq")
+    return Subquery(oldest.values("seq")[:1])
 
 
 def entity_history(
@@ -116,10 +137,12 @@ def changeset_list(
         qs = qs.filter(author_name=author)
     if rpc is not None:
         qs = qs.filter(rpc=rpc)
+    # Time bounds as seq bounds (one seek each): the page then starts at the
+    # boundary on whichever seq-ordered index serves the other filters.
     if since is not None:
-        qs = qs.filter(at__gte=since)
+        qs = qs.filter(seq__gte=seq_from(since))
     if until is not None:
-        qs = qs.filter(at__lte=end_of_millisecond(until))
+        qs = qs.filter(seq__lte=seq_upto(until))
     if before_seq is not None:
         qs = qs.filter(seq__lt=before_seq)
     return list(qs.order_by("-seq")[:limit])
