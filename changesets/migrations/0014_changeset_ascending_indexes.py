@@ -12,9 +12,9 @@ at or before it (or the first at or after it) in one seek, ties within a
 millisecond included: ``as_of_time`` and ``since``/``until`` bound the log by
 seq from there instead of walking the seq index back from the newest row.
 
-Plain ``AddIndex``/``RemoveIndex`` (locks writes while building): the build
-reads the changeset table once, about a second per million rows here; a
-deployment with a much larger log can build them concurrently by hand first.
+Plain ``AddIndex``/``RemoveIndex``: the build blocks writes while it reads the
+changeset table once (three narrow indexes; not timed at scale here). A
+deployment with a very large log can build them ``CONCURRENTLY`` by hand first.
 """
 
 from django.db import migrations, models
