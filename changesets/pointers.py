@@ -19,7 +19,8 @@ from typing import Any
 # A pointer a client may send: "" (the whole document) or "/"-separated segments
 # where "~" only escapes ("~0" is "~", "~1" is "/"). U+0000 can be in no stored key.
 MAX_POINTER_LENGTH = 2000
-_POINTER = re.compile(r"(/([^~/\x00]|~[01])*)*")
+POINTER_PATTERN = r"^(/([^~/\x00]|~[01])*)*$"  # as the OpenAPI document states it
+_POINTER = re.compile(POINTER_PATTERN[1:-1])
 MSG_POINTER = (
     'Must be an RFC 6901 JSON pointer: "" or "/"-separated segments, "~" only as'
     ' "~0" or "~1", at most 2000 characters, no U+0000.'

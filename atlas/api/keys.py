@@ -29,7 +29,12 @@ MSG_TIMESTAMP = "Not an RFC 3339 timestamp with offset."
 
 
 @extend_schema_field(
-    {"type": "string", "maxLength": pointers.MAX_POINTER_LENGTH, "example": "/address/city"}
+    {
+        "type": "string",
+        "maxLength": pointers.MAX_POINTER_LENGTH,
+        "pattern": pointers.POINTER_PATTERN,
+        "example": "/address/city",
+    }
 )
 class PointerField(serializers.Field):
     """An RFC 6901 JSON pointer into ``content``."""
