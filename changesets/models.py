@@ -132,6 +132,11 @@ class Revision(AppendOnlyModel):
     after = models.JSONField(null=True)
     before_version = models.PositiveIntegerField(null=True)
     after_version = models.PositiveIntegerField(null=True)
+    # RFC 6901 pointers of what changed (API.md "Changed keys"), computed by the
+    # log statement (``atlas_changed_keys``, migration 0013) from both images.
+    # Stored, not derived on read: the GIN index ``revision_changed_keys`` (terms
+    # only, in the index) answers key-filtered history from it.
+    changed = ArrayField(models.TextField(), default=list)
 
     class Meta:
         ordering = ["seq", "id"]

@@ -21,11 +21,16 @@ from changesets.models import Changeset, Revision, Rpc
 from entities import validation as v
 from entities.store import EntityKey
 
-SCHEMA_VERSION = 1
+# Version 2 op lines carry ``changed``; files of version 1 still import. Import
+# recomputes ``changed`` (the new changeset's rows get their own), so a given one
+# is accepted and ignored (API.md "Decisions for the added sections").
+SCHEMA_VERSION = 2
+SCHEMA_VERSIONS = (1, 2)
 # As for a comment sent to the API (entities.api.serializers.MAX_COMMENT_LENGTH).
 MAX_COMMENT_LENGTH = 10_000
 ENVELOPE_KEYS = {"schema_version", "changeset_id", "author", "at", "rpc", "branch", "comment"}
 OP_KEYS = {"op", "namespace", "kind", "slug", "before", "after"}
+OPTIONAL_OP_KEYS = {2: {"changed"}}
 MEDIA_TYPE = "application/x-ndjson"
 
 
@@ -67,6 +72,7 @@ def export_lines(
                     "slug": revision.slug,
                     "before": revision.before,
                     "after": revision.after,
+                    "changed": revision.changed,
                 }
             )
             + "\n"
@@ -92,8 +98,10 @@ def _fail(line: int, detail: str) -> NdjsonError:
     return NdjsonError(f"Line {line}: {detail}", pointer=f"/line/{line}")
 
 
-def _keys(obj: dict[str, Any], expected: set[str], line: int) -> None:
-    unknown = sorted(set(obj) - expected)
+def _keys(
+    obj: dict[str, Any], expected: set[str], line: int, optional: set[str] | None = None
+) -> None:
+    unknown = sorted(set(obj) - expected - (optional or set()))
     missing = sorted(expected - set(obj))
     if unknown:
         raise _fail(line, f"unknown key(s): {', '.join(unknown)}.")
@@ -133,7 +141,7 @@ def parse(text: str | bytes) -> ChangesetFile:
         if number == 1:
             envelope = _check_envelope(obj)
         else:
-            ops.append(_check_op(obj, number))
+            ops.append(_check_op(obj, number, version=envelope["schema_version"]))
     return ChangesetFile(envelope, ops)
 
 
@@ -160,8 +168,9 @@ def _load_line(raw: str | bytes, number: int) -> dict[str, Any]:
 def _check_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
     _keys(envelope, ENVELOPE_KEYS, 1)
     # type(), not ==: JSON's 1.0 and true are not the integer 1, whatever Python says.
-    if type(envelope["schema_version"]) is not int or envelope["schema_version"] != SCHEMA_VERSION:
-        raise _fail(1, f"schema_version must be {SCHEMA_VERSION}.")
+    version = envelope["schema_version"]
+    if type(version) is not int or version not in SCHEMA_VERSIONS:
+        raise _fail(1, f"schema_version must be {' or '.join(map(str, SCHEMA_VERSIONS))}.")
     for name in ("changeset_id", "author", "at", "rpc", "branch", "comment"):
         if not isinstance(envelope[name], str):
             raise _fail(1, f"{name} must be a string.")
@@ -182,8 +191,8 @@ def _check_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
 _SHAPES = {"create": (False, True), "update": (True, True), "delete": (True, False)}
 
 
-def _check_op(obj: dict[str, Any], number: int) -> FileOp:
-    _keys(obj, OP_KEYS, number)
+def _check_op(obj: dict[str, Any], number: int, *, version: int) -> FileOp:
+    _keys(obj, OP_KEYS, number, OPTIONAL_OP_KEYS.get(version))
     if obj["op"] not in _SHAPES:
         raise _fail(number, 'op must be "create", "update" or "delete".')
     if not v.is_valid_namespace(obj["namespace"]):

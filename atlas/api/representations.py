@@ -28,6 +28,7 @@ def op_repr(revision: Revision) -> dict[str, Any]:
         "op": revision.op,
         "before_version": revision.before_version,
         "after_version": revision.after_version,
+        "changed": revision.changed,
     }
 
 
@@ -92,10 +93,18 @@ def revision_repr(revision: Revision, changeset: Changeset | None = None) -> dic
         "after_version": revision.after_version,
         "before": revision.before,
         "after": revision.after,
+        "changed": revision.changed,
     }
 
 
 # --- schema descriptions -------------------------------------------------------
+
+
+CHANGED_HELP = (
+    "RFC 6901 pointers of what changed: every top-level member for a create or"
+    " delete; for an update the deepest object members whose values differ."
+    " Sorted by unescaped segments (docs/history.md)."
+)
 
 
 class ChangesetOpSerializer(serializers.Serializer):
@@ -105,6 +114,7 @@ class ChangesetOpSerializer(serializers.Serializer):
     op = serializers.ChoiceField(choices=["create", "update", "delete"])
     before_version = serializers.IntegerField(allow_null=True)
     after_version = serializers.IntegerField(allow_null=True)
+    changed = serializers.ListField(child=serializers.CharField(), help_text=CHANGED_HELP)
 
 
 class ChangesetSerializer(serializers.Serializer):
@@ -161,6 +171,7 @@ class RevisionSerializer(serializers.Serializer):
     after_version = serializers.IntegerField(allow_null=True)
     before = serializers.JSONField(allow_null=True)
     after = serializers.JSONField(allow_null=True)
+    changed = serializers.ListField(child=serializers.CharField(), help_text=CHANGED_HELP)
 
 
 # A page is one object, also where a viewset's ``list`` answers it (many=False keeps

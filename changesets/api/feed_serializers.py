@@ -53,6 +53,10 @@ FeedRecordSerializer = inline_serializer(
         "kind": serializers.CharField(),
         "slug": serializers.CharField(),
         "version": serializers.IntegerField(allow_null=True),
+        "changed": serializers.ListField(
+            child=serializers.CharField(),
+            help_text="RFC 6901 pointers of what changed (docs/history.md)",
+        ),
         "new_values": serializers.DictField(required=False),
         "new_row": serializers.DictField(required=False, allow_null=True),
         "old_values": serializers.DictField(required=False),

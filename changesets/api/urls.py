@@ -7,10 +7,12 @@ so "import" is never taken for an id.
 
 from rest_framework.routers import SimpleRouter
 
-from changesets.api import views
+from changesets.api import history, views
 
 router = SimpleRouter(trailing_slash=False, use_regex_path=False)
 router.register("changesets", views.ChangesetViewSet, basename="changeset")
 router.register("log", views.LogViewSet, basename="log")
+router.register("revisions", history.RevisionViewSet, basename="revision")
+router.register("diff", history.DiffViewSet, basename="diff")
 
 urlpatterns = router.urls

@@ -21,7 +21,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("changesets", "0012_journal_seq")]
+    dependencies = [("changesets", "0013_revision_changed")]
 
     operations = [
         migrations.RemoveIndex(model_name="changeset", name="changeset_branch_seq"),

@@ -162,6 +162,7 @@ def as_of_resolve(
     namespaces: Sequence[str] | None,
     changeset_id: str | None = None,
     at: datetime | None = None,
+    name: str = "as_of",
 ) -> Changeset:
     """The changeset an as-of read is pinned to, by id or by time (give one).
 
@@ -171,6 +172,9 @@ def as_of_resolve(
        no point in baseline's history).
     3. By time: the newest visible baseline changeset at or before ``at``
        (:func:`as_of_time`); none → 404.
+
+    ``name`` is the query parameter the errors point at (``/as_of``,
+    ``/as_of_time``; a diff's ``/from``, ``/to_time``).
     """
     if branch:
         raise BadRequest(
@@ -179,18 +183,18 @@ def as_of_resolve(
     if changeset_id is not None:
         changeset = as_of_changeset(changeset_id=changeset_id, namespaces=namespaces)
         if changeset is None:
-            raise NotFound("No such changeset.", pointer="/as_of")
+            raise NotFound("No such changeset.", pointer=f"/{name}")
         if changeset.branch:
             raise BadRequest(
                 "As-of reads are baseline only; that changeset landed on a branch.",
-                pointer="/as_of",
+                pointer=f"/{name}",
             )
         return changeset
     if at is None:
         raise TypeError("as_of_resolve needs changeset_id or at")
     changeset = as_of_time(at=at, namespaces=namespaces)
     if changeset is None:
-        raise NotFound("No changeset at or before that time.", pointer="/as_of_time")
+        raise NotFound("No changeset at or before that time.", pointer=f"/{name}_time")
     return changeset
 
 

@@ -45,6 +45,7 @@ _RECORD_FIELDS = (
     "before",
     "after",
     "after_version",
+    "changed",
     "changeset__at",
     "changeset__author_name",
     "changeset__rpc",
@@ -108,6 +109,7 @@ def _record(row: dict[str, Any], capture: str) -> dict[str, Any]:
         "kind": kind,
         "slug": slug,
         "version": row["after_version"],
+        "changed": row["changed"],
     }
     if capture == Capture.NEW_ROW:
         record["new_row"] = row["after"]

@@ -25,6 +25,7 @@ OP_FIELDS = (
     "op",
     "before_version",
     "after_version",
+    "changed",
 )
 
 

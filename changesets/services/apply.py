@@ -195,8 +195,11 @@ def _apply_once(
     folded = netchange.fold(keys, base, state)
     results = netchange.unmoved_results(ops, results, folded.unmoved, initial)
     changeset, now = None, timezone.now()
+    changed: list[list[str]] = []
     if folded.changes and not dry_run:  # 3: otherwise no changeset
-        changeset, now = _record(store=store, actor=actor, rpc=rpc, comment=comment, folded=folded)
+        changeset, now, changed = _record(
+            store=store, actor=actor, rpc=rpc, comment=comment, folded=folded
+        )
     return ApplyResult(
         changeset=changeset,
         results=results,
@@ -206,6 +209,7 @@ def _apply_once(
         dry_run=dry_run,
         changes=folded.changes,
         branch=branch,
+        changed=changed,
     )
 
 
@@ -255,9 +259,9 @@ def _planned_ops(
 
 def _record(
     *, store: EntityStore, actor: User, rpc: str, comment: str, folded: Folded
-) -> tuple[Changeset, datetime]:
+) -> tuple[Changeset, datetime, list[list[str]]]:
     """Step 4: the store's rows and the log in one statement, then the write hooks.
-    Returns it and its clock reading."""
+    Returns it, its clock reading and its revisions' changed keys (in change order)."""
     changes, branch = folded.changes, store.branch
     changeset_id: UUID = uuid6.uuid7()
     now = log_clock()
@@ -271,7 +275,7 @@ def _record(
     changeset = log_statement.new_changeset(
         changeset_id, actor=actor, rpc=rpc, comment=comment, branch=branch, changes=changes
     )
-    _write_log(
+    changed = _write_log(
         changeset,
         changes,
         now=now,
@@ -283,7 +287,7 @@ def _record(
     run_write_hooks(changeset)
     # Post-commit work needs nothing from here: the journal row (_write_log) notifies
     # the relay at COMMIT (changesets.outbox.relay).
-    return changeset, now
+    return changeset, now, changed
 
 
 def _revisions_digest(changes: Sequence[NetChange], branch: str) -> str:
@@ -330,10 +334,11 @@ def _write_log(
     revisions_hex: str,
     journal: bool,
     entity_sql: WriteSql,
-) -> None:
+) -> list[list[str]]:
     """Run the log statement (``log_statement``: the store's rows, then seq, the
     changeset, its revisions and, on baseline, its journal entry); set ``seq``,
-    ``at``, ``prev_hash`` and ``hash`` on ``changeset``.
+    ``at``, ``prev_hash`` and ``hash`` on ``changeset``; return the revisions'
+    ``changed`` pointers, in change order.
 
     A create that lost a race inserted nothing: the head is not moved, nothing
     is logged, and :class:`KeyRaced` retries the whole write. (Tests wrap this
@@ -353,6 +358,7 @@ def _write_log(
             raise KeyRaced()
         raise _HeadMissing()
     changeset.seq, changeset.at, changeset.prev_hash, changeset.hash = row[:4]
+    return json.loads(row[5])
 
 
 def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:

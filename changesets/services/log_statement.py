@@ -15,7 +15,8 @@ by PostgreSQL because each reads the one before it:
 3. ``changeset``, ``journal`` (baseline only), ``revisions`` — the log rows,
    from ``h``.
 4. ``result`` — seq, at and the hashes, plus ``w.created`` (so a head that
-   did not move tells a lost create race from a missing head row).
+   did not move tells a lost create race from a missing head row), and the
+   revisions' ``changed`` pointers in written order.
 
 Raw SQL buys the write's single round trip for rows and log (measured in
 ``bench/writes_vs_peers.py``; ``tests/changesets/test_write_path.py`` pins it).
@@ -60,18 +61,25 @@ _JOURNAL = (
 )
 # Rows in written order (ids follow it, and the chain digests revisions in id
 # order), zipped from one JSON document of keys, ops and versions and one per
-# image column (see _rows).
+# image column (see _rows). ``changed`` is computed here, per row, by
+# ``atlas_changed_keys`` (migration 0013): set-based for a batch of any size.
 _REVISIONS = (
     " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
-    " kind, slug, op, before, after, before_version, after_version)"
+    " kind, slug, op, before, after, before_version, after_version, changed)"
     " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.k->>0, r.k->>1, r.k->>2,"
     " r.k->>3, NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), (r.k->>4)::int,"
-    " (r.k->>5)::int"
+    " (r.k->>5)::int, atlas_changed_keys(NULLIF(r.before, 'null'), NULLIF(r.after, 'null'))"
     " FROM h CROSS JOIN ROWS FROM (jsonb_array_elements(%(rows)s::jsonb),"
     " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb))"
-    " WITH ORDINALITY AS r(k, before, after, n) ORDER BY r.n)"
+    " WITH ORDINALITY AS r(k, before, after, n) ORDER BY r.n"
+    " RETURNING id, changed)"
 )
-_RESULT = " SELECT h.seq, h.at, h.prev_hash, h.hash, w.created FROM w LEFT JOIN h ON TRUE"
+# The changed keys go back in written order, one JSON text, so the write's answer
+# shows what the rows hold without a second engine for the rule in Python.
+_RESULT = (
+    " SELECT h.seq, h.at, h.prev_hash, h.hash, w.created,"
+    " (SELECT json_agg(r.changed ORDER BY r.id)::text FROM r) FROM w LEFT JOIN h ON TRUE"
+)
 
 
 def _entities(entity_sql: WriteSql) -> str:

@@ -29,6 +29,7 @@ _REVISION_FIELDS = (
     "after",
     "before_version",
     "after_version",
+    "changed",
 )
 
 
@@ -46,6 +47,8 @@ class ApplyResult:
     dry_run: bool = False
     changes: Sequence[NetChange] = field(default=(), repr=False)
     branch: str = BASELINE
+    # Per change, the pointers the log statement stored (empty on a dry run).
+    changed: Sequence[list[str]] = field(default=(), repr=False)
 
     @functools.cached_property
     def revisions(self) -> list[Revision]:
@@ -56,7 +59,8 @@ class ApplyResult:
         # fields ever stop matching this order.
         positional = tuple(f.attname for f in Revision._meta.concrete_fields) == _REVISION_FIELDS
         out = []
-        for c in self.changes:
+        changed = list(self.changed) or [[] for _ in self.changes]
+        for c, keys in zip(self.changes, changed, strict=True):
             # Any: the Django plugin checks ``*values`` against every field at once.
             values: tuple[Any, ...] = (
                 None,
@@ -72,6 +76,7 @@ class ApplyResult:
                 c.after,
                 c.before_version,
                 c.after_version,
+                keys,
             )
             revision = (
                 Revision(*values)

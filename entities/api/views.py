@@ -1,22 +1,19 @@
 """Entity endpoints as viewsets: parse, call one service or selector, render.
 
 ``EntityViewSet`` serves ``/entities`` and ``/entities/{ns}/{kind}/{slug}``
-(list, retrieve, update = PUT, partial_update = PATCH, destroy, history).
-``/batch`` and ``/delete-by-query`` are in ``entities.api.bulk``. Routes:
-``entities.api.urls``.
+(list, retrieve, update = PUT, partial_update = PATCH, destroy) and, from
+``entities.api.history``, ``history``, ``blame`` and ``diff``. ``/batch`` and
+``/delete-by-query`` are in ``entities.api.bulk``. Routes: ``entities.api.urls``.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -30,6 +27,7 @@ from atlas.api.conditional import (
     parse_if_none_match_put,
 )
 from atlas.api.idempotency import idempotent
+from atlas.api.keys import as_of_repr
 from atlas.api.openapi import (
     AS_OF_PARAMS,
     BRANCH_PARAM,
@@ -40,24 +38,21 @@ from atlas.api.openapi import (
     PAGE_PARAMS,
     PROBLEM,
 )
-from atlas.api.render import parse_rfc3339, rfc3339
 from atlas.api.representations import (
     ChangesetSerializer,
-    RevisionPageSerializer,
     changeset_repr,
-    revision_repr,
 )
 from atlas.api.viewsets import ViewSet
-from atlas.exceptions import NotFound, ValidationFailed
-from changesets.models import Changeset, Rpc
+from atlas.exceptions import NotFound
+from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.selectors import asof
-from changesets.selectors.log import entity_has_history, entity_history
 from changesets.services.apply import ApplyResult, changeset_apply
 from entities import access
-from entities import validation as v
 from entities.api import serializers as s
-from entities.store import EntityKey, EntityStore
+from entities.api.history import HistoryActions
+from entities.api.lookups import list_pin, path_key, pin_as_of, require_readable
+from entities.store import EntityKey
 
 WRITE_STATUSES = ["created", "updated", "deleted", "unchanged"]
 WRITE_ERRORS = (400, 403, 404, 409, 412, 413, 415, 422)
@@ -70,18 +65,6 @@ WriteResponseSerializer = inline_serializer(
         "status": serializers.ChoiceField(WRITE_STATUSES),
     },
 )
-
-
-def path_key(namespace: str, kind: str, slug: str) -> EntityKey:
-    """An invalid name in the path names nothing that could exist: 404."""
-    if not (v.is_valid_namespace(namespace) and v.is_valid_kind(kind) and v.is_valid_slug(slug)):
-        raise NotFound("No such entity.")
-    return EntityKey(namespace, kind, slug)
-
-
-def require_readable(request: Request, namespace: str, what: str = "entity") -> None:
-    if not access.can_read(request.user, namespace):
-        raise NotFound(f"No such {what}.")
 
 
 def changeset_or_none(result: ApplyResult) -> dict[str, Any] | None:
@@ -102,89 +85,6 @@ def write_response(result: ApplyResult, key: EntityKey) -> Response:
     return response
 
 
-def parse_as_of(request: Request) -> tuple[str | None, datetime | None] | None:
-    """``as_of`` (a UUID) or ``as_of_time`` (a time), checked; None when neither is given."""
-    raw_id = request.query_params.get("as_of")
-    raw_time = request.query_params.get("as_of_time")
-    if not raw_id and not raw_time:
-        return None
-    if raw_id and raw_time:
-        raise ValidationFailed(
-            "Give as_of or as_of_time, not both.",
-            errors=[{"pointer": "/as_of_time", "detail": "Conflicts with as_of."}],
-        )
-    if raw_id:
-        try:
-            return str(uuid.UUID(raw_id)), None
-        except ValueError as exc:
-            raise ValidationFailed(
-                "as_of must be a changeset id (UUID).",
-                errors=[{"pointer": "/as_of", "detail": "Not a UUID."}],
-            ) from exc
-    if (at := parse_rfc3339(raw_time or "")) is None:
-        raise ValidationFailed(
-            "as_of_time must be an RFC 3339 timestamp with offset.",
-            errors=[{"pointer": "/as_of_time", "detail": "Not an RFC 3339 timestamp."}],
-        )
-    return None, at
-
-
-def pin_as_of(request: Request, store: EntityStore) -> Changeset | None:
-    """Parse ``as_of`` / ``as_of_time``; the changeset the read is pinned to, or None."""
-    parsed = parse_as_of(request)
-    if parsed is None:
-        return None
-    changeset_id, at = parsed
-    return asof.as_of_resolve(
-        branch=store.branch,
-        namespaces=access.readable_namespaces(request.user),
-        changeset_id=changeset_id,
-        at=at,
-    )
-
-
-def as_of_repr(changeset: Changeset) -> dict[str, Any]:
-    return {"changeset_id": str(changeset.id), "seq": changeset.seq, "at": rfc3339(changeset.at)}
-
-
-def _is_as_of_block(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and set(value) == {"changeset_id", "seq", "at"}
-        and type(value["seq"]) is int
-        and isinstance(value["changeset_id"], str)
-        and isinstance(value["at"], str)
-    )
-
-
-def list_pin(request: Request, store: EntityStore) -> tuple[dict[str, Any] | None, list[Any]]:
-    """The ``as_of`` block a list page is pinned to, and the point a token is bound to.
-
-    Resolved once per traversal: the first page resolves ``as_of`` or
-    ``as_of_time`` and its token carries the resolved block (signed for this
-    user and bound to the same point), so later pages read from the token
-    instead of resolving again. Resolving by time costs a seek, but a traversal
-    of 10,000 entities is twenty pages.
-    """
-    parsed = parse_as_of(request)
-    if parsed is None:
-        return None, [None, None]
-    changeset_id, at = parsed
-    point = [changeset_id, at.astimezone(UTC).isoformat() if at else None]
-    carried = paging.page_position("entities", request)
-    block = carried.get("p") if carried else None
-    if store.branch or not _is_as_of_block(block):
-        block = as_of_repr(
-            asof.as_of_resolve(
-                branch=store.branch,
-                namespaces=access.readable_namespaces(request.user),
-                changeset_id=changeset_id,
-                at=at,
-            )
-        )
-    return block, point
-
-
 def _filters_digest(parts: list[Any]) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
@@ -199,7 +99,7 @@ def _list_filters(request: Request) -> tuple[str | None, str | None, str | None]
     return filters.get("namespace"), filters.get("kind"), filters.get("slug_prefix")
 
 
-class EntityViewSet(ViewSet):
+class EntityViewSet(HistoryActions, ViewSet):
     lookup_fields = ("namespace", "kind", "slug")
 
     @extend_schema(
@@ -345,38 +245,3 @@ class EntityViewSet(ViewSet):
             comment=body.get("comment") or "",
         )
         return write_response(result, key)
-
-    @extend_schema(
-        operation_id="entities_history",
-        summary="An entity's revisions, newest first (works after delete)",
-        parameters=[*PAGE_PARAMS, BRANCH_PARAM],
-        responses={200: RevisionPageSerializer, 400: PROBLEM, 404: PROBLEM},
-    )
-    @action(detail=True, methods=["get"])
-    def history(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
-        paging.check_known_params(request, {"page_size", "page_token"})
-        key = path_key(namespace, kind, slug)
-        store = store_for(request)
-        require_readable(request, namespace)
-        page = paging.keyset_page(
-            request,
-            scope=f"history:{store.branch}:{key}",
-            field="s",
-            field_type=int,
-            fetch=lambda before_seq, limit: entity_history(
-                key=key, branch=store.branch, before_seq=before_seq, limit=limit
-            ),
-            position_of=lambda revision: revision.seq,
-        )
-        if (
-            not page.results
-            and not request.query_params.get("page_token")
-            and not entity_has_history(key=key, branch=store.branch)
-        ):
-            raise NotFound("No such entity.")
-        return Response(
-            {
-                "results": [revision_repr(r) for r in page.results],
-                "next_page_token": page.next_page_token,
-            }
-        )

@@ -31,7 +31,7 @@ CHANGESET_FIELDS = {
     "op_count_visible",
     "ops",
 }
-OP_FIELDS = {"namespace", "kind", "slug", "op", "before_version", "after_version"}
+OP_FIELDS = {"namespace", "kind", "slug", "op", "before_version", "after_version", "changed"}
 REVISION_FIELDS = {
     "changeset_id",
     "seq",
@@ -47,6 +47,7 @@ REVISION_FIELDS = {
     "after_version",
     "before",
     "after",
+    "changed",
 }
 
 
@@ -417,6 +418,7 @@ def test_changeset_representation(api, writer, client_for, namespace):
             "op": "create",
             "before_version": None,
             "after_version": 1,
+            "changed": ["/title"],
         }
     ]
     listed = client.get(f"{API}/changesets").json()["results"]

@@ -39,6 +39,7 @@ def test_export_writes_one_file_per_changeset_in_seq_order(staff, namespace, wri
         "slug": "a",
         "before": {"n": 1},
         "after": {"n": 2},
+        "changed": ["/n"],
     }
 
 

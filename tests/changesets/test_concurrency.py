@@ -142,8 +142,9 @@ def test_a_polling_reader_sees_every_changeset_once_in_seq_order(writer, namespa
         return out
 
     def slow_write_log(*args, **kw):
-        real_write_log(*args, **kw)
+        out = real_write_log(*args, **kw)
         time.sleep(random.uniform(0, 0.002))  # widen the window between seq drawn and commit
+        return out
 
     monkeypatch.setattr(BaselineStore, "lock", slow_lock)
     monkeypatch.setattr(services, "_write_log", slow_write_log)

@@ -33,6 +33,7 @@ RECORD_FIELDS = {
     "kind",
     "slug",
     "version",
+    "changed",
 }
 
 

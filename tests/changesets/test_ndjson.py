@@ -40,7 +40,7 @@ B = f"{NS}/order/b"
 C = f"{NS}/order/c"
 D = f"{NS}/order/d"
 ENVELOPE_KEYS = ["schema_version", "changeset_id", "author", "at", "rpc", "branch", "comment"]
-OP_KEYS = ["op", "namespace", "kind", "slug", "before", "after"]
+OP_KEYS = ["op", "namespace", "kind", "slug", "before", "after", "changed"]
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_export_format(api, staff, namespace, write):
     rows = parsed_lines(text)
     assert list(rows[0]) == ENVELOPE_KEYS
     assert rows[0] == {
-        "schema_version": 1,
+        "schema_version": 2,
         "changeset_id": str(cs.id),
         "author": staff.username,
         "at": rfc3339(cs.at),
@@ -169,9 +169,13 @@ def test_export_format(api, staff, namespace, write):
     assert rows[0]["at"] == api.get(f"{API}/changesets/{cs.id}").json()["at"]
     assert [list(r) for r in rows[1:]] == [OP_KEYS] * 3
     assert [canonical(r) for r in rows[1:]] == [
-        canonical(op_line("create", A, None, {"a": "ü ☃ 😀", "n": [1, 2.5, None, True]})),
-        canonical(op_line("update", B, {"b": 1}, {"b": 2})),
-        canonical(op_line("delete", C, {"c": 1}, None)),
+        canonical(
+            op_line(
+                "create", A, None, {"a": "ü ☃ 😀", "n": [1, 2.5, None, True]}, changed=["/a", "/n"]
+            )
+        ),
+        canonical(op_line("update", B, {"b": 1}, {"b": 2}, changed=["/b"])),
+        canonical(op_line("delete", C, {"c": 1}, None, changed=["/c"])),
     ]
     assert "ü ☃ 😀" in text, "export is UTF-8, not \\u-escaped"
     # The strict parser accepts what export produces.
@@ -494,7 +498,7 @@ STRICT_FAILURES = [
     # schema_version
     *[
         pytest.param(lines(envelope(schema_version=value), GOOD_OP), 1, id=f"schema-{value!r}")
-        for value in (2, "1", 0, True, None, 1.5, [1])
+        for value in (3, "1", 0, True, None, 1.5, [1])
     ],
     # envelope values
     pytest.param(lines(envelope(changeset_id="abc"), GOOD_OP), 1, id="changeset-id-not-uuid"),
@@ -515,6 +519,7 @@ STRICT_FAILURES = [
     *[
         pytest.param(lines(envelope(), without(GOOD_OP, name)), 2, id=f"op-missing-{name}")
         for name in OP_KEYS
+        if name != "changed"  # optional: import computes its own
     ],
     # images
     *_bad_image_cases(),

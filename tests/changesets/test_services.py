@@ -236,9 +236,10 @@ def test_a_failure_after_entity_writes_rolls_the_entity_rows_back(
     def spy_write_log(changeset, *args, **kw):
         assert kw["entity_sql"] is not None  # the entity rows are written by this statement
         logged.append(changeset)
-        real_write_log(changeset, *args, **kw)  # rows, seq, changeset, revisions, journal
+        out = real_write_log(changeset, *args, **kw)  # rows, seq, changeset, revisions, journal
         if fail_at == "after-log-statement":
             raise RuntimeError(f"injected failure at {fail_at}")
+        return out
 
     def boom(*args, **kw):
         raise RuntimeError(f"injected failure at {fail_at}")

@@ -154,6 +154,7 @@ def test_put_creates_entity_with_etag_1(api):
             "op": "create",
             "before_version": None,
             "after_version": 1,
+            "changed": ["/title"],
         }
     ]
     got = api.get(ENTITY)

@@ -106,13 +106,19 @@ SEMANTIC_REJECTIONS: list[tuple[int, str, str | None]] = [
     (400, "/cursor", None),
     # Same principal + key with another request is 422 (API.md Idempotency).
     (422, "/headers/Idempotency-Key", "Key reused"),
-    # as_of and as_of_time exclude each other (docs/changesets.md).
+    # as_of and as_of_time exclude each other (docs/changesets.md); so do a diff's from and
+    # from_time, to and to_time, and one of from and from_time is needed (docs/history.md).
     (422, "/as_of_time", "Conflicts with as_of"),
+    (422, "/from_time", "Conflicts with from"),
+    (422, "/to_time", "Conflicts with to"),
+    (422, "/from", "required"),
     # Timestamps must be instants PostgreSQL and Python hold: "0001-01-01T00:00:00+01:00"
     # is a valid RFC 3339 date-time before year 1 in UTC (422).
     (422, "/since", "RFC 3339"),
     (422, "/until", "RFC 3339"),
     (422, "/as_of_time", "RFC 3339"),
+    (422, "/from_time", "RFC 3339"),
+    (422, "/to_time", "RFC 3339"),
     # Webhook hosts must resolve (to a public address unless allowed): docs/feed.md.
     (422, "/url", None),
     # Subscription namespaces must exist.

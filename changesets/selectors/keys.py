@@ -1,0 +1,240 @@
+"""Key-level reads of the log: history filtered by a pointer, revisions across a
+namespace, and blame.
+
+Every revision stores its ``changed`` pointers (migration 0013). The key rule
+of API.md ("some changed P equals the key, lies inside it, or contains it")
+is one array overlap on the GIN index ``revision_changed_keys``:
+``atlas_key_terms(branch, namespace, changed) && atlas_key_query(branch,
+namespace, key)`` (both SQL functions of that migration, so the terms the
+index holds and the terms a query asks for are defined side by side). The
+key ``""`` is the whole document: every revision that changed anything.
+
+Callers pass what the reader may see: these functions filter by branch and
+namespace; the namespace's readability is the view's to check (invariant 8).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
+
+from changesets import pointers
+from changesets.models import BASELINE, Revision
+from changesets.selectors.log import end_of_millisecond
+from entities.store import EntityKey
+
+_T = "changesets_revision"
+# The index expression of ``revision_changed_keys``, spelled as the migration does
+# (the planner matches it), overlapping the query's terms.
+_KEY_RULE = (
+    f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed) && atlas_key_query(%s, %s, %s)"
+)
+# Revisions read per round trip while blame walks back.
+BLAME_BATCH = 200
+
+
+def key_filter(*, branch: str, namespace: str, key: str) -> Q | RawSQL:
+    """The key rule as a filter on revisions of ``(branch, namespace)``."""
+    if key == "":
+        return Q(changed__len__gt=0)
+    return RawSQL(_KEY_RULE, [branch, namespace, key], output_field=BooleanField())
+
+
+def entity_key_history(
+    *,
+    key: EntityKey,
+    pointer: str,
+    branch: str = BASELINE,
+    before_seq: int | None = None,
+    limit: int = 50,
+) -> list[Revision]:
+    """One entity's revisions that touched ``pointer`` (the key rule), newest first."""
+    qs = Revision.objects.filter(
+        key_filter(branch=branch, namespace=key.namespace, key=pointer),
+        branch=branch,
+        namespace=key.namespace,
+        kind=key.kind,
+        slug=key.slug,
+    )
+    if before_seq is not None:
+        qs = qs.filter(seq__lt=before_seq)
+    return list(qs.select_related("changeset").order_by("-seq")[:limit])
+
+
+@dataclass(frozen=True)
+class RevisionFilter:
+    """``GET /revisions``: one namespace (required), the rest optional."""
+
+    namespace: str
+    kind: str | None = None
+    key: str | None = None
+    author: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def namespace_revisions(
+    *,
+    where: RevisionFilter,
+    branch: str = BASELINE,
+    after: tuple[int, int] | None = None,
+    limit: int = 50,
+) -> list[Revision]:
+    """Revisions of one namespace on ``branch``, newest first (seq, then id), after
+    the position ``after`` ((seq, id) of the last row of the previous page).
+
+    With a key, the GIN index finds the revisions that touched it, however rare;
+    without one, the rows come off the ``revision_seq`` or ``revision_history``
+    index, whichever the planner judges cheaper for the namespace's share of the log.
+    """
+    qs = _filtered(where, branch)
+    if after is not None:
+        seq, rid = after
+        qs = qs.filter(Q(seq__lt=seq) | Q(seq=seq, id__lt=rid))
+    return list(qs.select_related("changeset").order_by("-seq", "-id")[:limit])
+
+
+def _filtered(where: RevisionFilter, branch: str) -> QuerySet[Revision]:
+    qs = Revision.objects.filter(branch=branch, namespace=where.namespace)
+    if where.key is not None:
+        qs = qs.filter(key_filter(branch=branch, namespace=where.namespace, key=where.key))
+    if where.kind is not None:
+        qs = qs.filter(kind=where.kind)
+    if where.author is not None:
+        qs = qs.filter(changeset__author_name=where.author)
+    if where.since is not None:
+        qs = qs.filter(at__gte=where.since)
+    if where.until is not None:
+        qs = qs.filter(at__lte=end_of_millisecond(where.until))
+    return qs
+
+
+# --- blame ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Blame:
+    """Who last set one leaf of the content."""
+
+    pointer: str
+    changeset_id: Any
+    seq: int
+    author: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class _Step:
+    changed: list[str]
+    changeset_id: Any
+    seq: int
+    at: datetime
+    author: str
+
+
+def blame(
+    *,
+    content: dict[str, Any],
+    key: EntityKey,
+    branch: str = BASELINE,
+    upto_seq: int | None = None,
+    branch_owns_key: bool = False,
+) -> list[Blame]:
+    """For every leaf of ``content`` (the entity as read), the changeset that last set it.
+
+    1. The leaves: object members recursively; arrays, scalars and empty
+       objects or arrays are leaves (``pointers.leaves``).
+    2. Walk the entity's revisions newest first (:func:`_history`), a batch
+       at a time, reading only ``changed`` and the changeset's name and time.
+    3. A revision whose changed pointer P equals a leaf, contains it, or lies
+       inside it (an object emptied) set that leaf's current value: no newer
+       revision touched it, and ``changed`` names every difference. The walk
+       stops when every leaf is resolved, at the latest at the key's newest
+       create, whose ``changed`` holds every top-level member.
+
+    ``upto_seq`` pins the walk (as-of reads); ``branch_owns_key`` says the
+    branch's overlay holds the key, so its revisions come first and baseline's
+    older than the branch's first write to the key after them.
+    """
+    open_leaves = pointers.leaves(content)
+    order = sorted(open_leaves)  # plain string order: a prefix's range is contiguous
+    found: dict[str, Blame] = {}
+    for step in _history(key, branch, upto_seq, branch_owns_key):
+        for pointer in step.changed:
+            for leaf in _touched(pointer, order, found):
+                found[leaf] = Blame(leaf, step.changeset_id, step.seq, step.author, step.at)
+        if len(found) == len(open_leaves):
+            break
+    return [found[leaf] for leaf in open_leaves if leaf in found]
+
+
+def _touched(pointer: str, order: Sequence[str], found: dict[str, Blame]) -> Iterator[str]:
+    """The unresolved leaves ``pointer`` equals, contains, or lies inside."""
+    start = bisect.bisect_left(order, pointer)
+    if start < len(order) and order[start] == pointer and pointer not in found:
+        yield pointer
+    inside = pointer + "/"
+    i = bisect.bisect_left(order, inside)
+    while i < len(order) and order[i].startswith(inside):
+        if order[i] not in found:
+            yield order[i]
+        i += 1
+    cut = pointer.rfind("/")
+    while cut > 0:  # the pointer's ancestors, a leaf when an object was emptied
+        ancestor = pointer[:cut]
+        j = bisect.bisect_left(order, ancestor)
+        if j < len(order) and order[j] == ancestor and ancestor not in found:
+            yield ancestor
+        cut = pointer.rfind("/", 0, cut)
+
+
+def _history(
+    key: EntityKey, branch: str, upto_seq: int | None, branch_owns_key: bool
+) -> Iterator[_Step]:
+    """The revisions that made the content as read, newest first, in batches."""
+    bound, strictly_below = upto_seq, False
+    if branch_owns_key:
+        for step in _walk(key, branch, None, False):
+            bound, strictly_below = step.seq, True
+            yield step
+    yield from _walk(key, BASELINE, bound, strictly_below)
+
+
+def _walk(key: EntityKey, branch: str, bound: int | None, strictly_below: bool) -> Iterator[_Step]:
+    """``branch``'s revisions of ``key`` at or below ``bound`` (below, if ``strictly_below``),
+    newest first, off ``revision_history``, ``BLAME_BATCH`` rows per statement."""
+    qs = Revision.objects.filter(
+        branch=branch, namespace=key.namespace, kind=key.kind, slug=key.slug
+    )
+    fields = ("changed", "changeset_id", "seq", "at", "changeset__author_name")
+    while True:
+        page = qs
+        if bound is not None:
+            page = page.filter(seq__lt=bound) if strictly_below else page.filter(seq__lte=bound)
+        rows = list(page.order_by("-seq").values_list(*fields)[:BLAME_BATCH])
+        for changed, changeset_id, seq, at, author in rows:
+            yield _Step(changed, changeset_id, seq, at, author)
+        if len(rows) < BLAME_BATCH:
+            return
+        bound, strictly_below = rows[-1][2], True
+
+
+def branch_holds(*, key: EntityKey, branch: str, changeset_id: Any) -> bool:
+    """Whether the entity read under ``branch`` comes from the branch's overlay:
+    its last writer (``changeset_id``) is one of the branch's changesets."""
+    return (
+        bool(branch)
+        and Revision.objects.filter(
+            changeset_id=changeset_id,
+            namespace=key.namespace,
+            kind=key.kind,
+            slug=key.slug,
+            branch=branch,
+        ).exists()
+    )
