@@ -32,7 +32,7 @@ from changesets.admin.changelist import (
     NamespaceFilter,
 )
 from changesets.admin.search import matching_revisions, parse_changeset_ref
-from changesets.models import Changeset, JournalEntry, Revision
+from changesets.models import Changeset, JournalEntry, JournalPhase, Revision
 from entities.store import EntityKey
 
 # --- changesets ---------------------------------------------------------------------
@@ -278,12 +278,20 @@ class JournalEntryAdmin(NamespaceScopedAdmin):
         "error_excerpt",
     )
     list_filter = ("phase",)
-    ordering = ("-created_at",)
-    sortable_by = ("created_at",)
+    # Newest first off an index, never a sort of the whole journal: the primary key
+    # (UUIDv7, time-ordered) for every entry, ``journal_pending`` (seq) for the
+    # outstanding ones, which are few among many.
+    ordering = ("-changeset_id",)
+    sortable_by = ()
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) per choice
     paginator = EstimatedCountPaginator
     list_select_related = ("changeset",)
+
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+        if request.GET.get("phase__exact") == JournalPhase.COMMITTED:
+            return ("-seq",)
+        return self.ordering
 
     @admin.display(description="changeset")
     def changeset_link(self, obj: JournalEntry) -> str:
