@@ -16,16 +16,22 @@ Roles are computed once per user object (one statement) and cached on it: a
 request checks many namespaces, and a batch must not cost a query per op. The
 cache lives no longer than the user object, i.e. one request, so a grant,
 group or ``is_superuser`` change is seen by the next request without
-invalidation.
+invalidation. A write whose actor's roles are not loaded yet does not load
+them first: its :class:`WriteGuard` is *pending*, and the store's lock
+statement reads the same role rows (:func:`guard_ctes`), locks only where they
+allow, and hands them back to be cached (:meth:`WriteGuard.learn`), so an
+authorized single write is BEGIN, lock, log, COMMIT (issue 17).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from django.contrib.auth import models as auth_models
 from django.contrib.auth.models import AnonymousUser
@@ -54,6 +60,7 @@ _CODENAME_ROLE = {
     "write_namespace": Role.WRITER,
     "maintain_namespace": Role.MAINTAINER,
 }
+_CODENAMES = list(_CODENAME_ROLE)
 _CACHE_ATTR = "_atlas_namespace_roles"
 
 # The project runs on Django's own user model (no AUTH_USER_MODEL), so the
@@ -151,18 +158,31 @@ def _roles_sql() -> str:
     )
 
 
-def _load_roles(user: User) -> Roles:
+def _without_grants(user: User) -> Roles | None:
+    """The roles that need no grant rows: none (anonymous, inactive), all (superuser)."""
     if not getattr(user, "is_authenticated", False) or not user.is_active:
         return Roles(Role.NONE, {})
     if user.is_superuser:
         return Roles(Role.MAINTAINER, {})
+    return None
+
+
+def _load_roles(user: User) -> Roles:
+    known = _without_grants(user)
+    if known is not None:
+        return known
     with prepared_cursor() as cursor:  # every request runs it: parse and plan once
         cursor.execute(_roles_sql(), {"user": user.pk, "codenames": list(_CODENAME_ROLE)})
         rows = cursor.fetchall()
+    return _fold(rows)
+
+
+def _fold(rows: Sequence[Sequence[str | None]]) -> Roles:
+    """The role table of ``(object_pk, codename)`` rows of :func:`_roles_sql`."""
     floor = Role.NONE
     grants: dict[str, Role] = {}
     for object_pk, codename in rows:
-        role = _CODENAME_ROLE[codename]
+        role = _CODENAME_ROLE[str(codename)]
         if object_pk is None:
             floor = max(floor, role)
         elif role > grants.get(object_pk, Role.NONE):
@@ -174,9 +194,13 @@ def roles_for(user: User) -> Roles:
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is None:
         cached = _load_roles(user)
-        with contextlib.suppress(AttributeError):
-            setattr(user, _CACHE_ATTR, cached)
+        _remember(user, cached)
     return cached
+
+
+def _remember(user: User, roles: Roles) -> None:
+    with contextlib.suppress(AttributeError):
+        setattr(user, _CACHE_ATTR, roles)
 
 
 def forget_roles(user: User) -> None:
@@ -203,25 +227,94 @@ class WriteGuard:
     """The namespaces a user may write, for the write service's row locks.
 
     Stores lock rows only in namespaces the guard allows, so a caller without
-    the role never holds a lock, although the namespace check (existence and
-    ``protected``) is folded into the lock statement and the role check runs
-    after it. ``None`` means every namespace.
+    the role never holds a lock. ``None`` means every namespace.
+
+    A *pending* guard (``pending`` is the user) is for an actor whose roles are
+    not loaded yet: its name lists are empty, and a store that embeds
+    :func:`guard_ctes` in its lock statement decides from the user's role rows
+    read by that same statement, then hands them to :meth:`learn`. A store
+    that asks :meth:`allows` instead loads them with :func:`roles_for`.
     """
 
     unprotected: tuple[str, ...] | None
     protected: tuple[str, ...] | None
+    pending: User | None = None
+    branch: str = ""
 
     def allows(self, name: str, protected: bool) -> bool:
+        if self.pending is not None:
+            needed = Role.MAINTAINER if protected and self.branch == "" else Role.WRITER
+            return roles_for(self.pending).role(name) >= needed
         names = self.protected if protected else self.unprotected
         return names is None or name in names
+
+    def learn(self, rows: Sequence[Sequence[str | None]]) -> None:
+        """Cache the pending user's role table from the lock statement's ``ur`` rows,
+        so the 404/403 decision after the lock (:func:`require_write`) reads no more."""
+        if self.pending is not None:
+            _remember(self.pending, _fold(rows))
 
 
 def write_guard(user: User, *, branch: str) -> WriteGuard:
     """:class:`WriteGuard` for ``user`` writing ``branch`` (the rule of
-    :func:`required_write_role`, over every namespace at once)."""
-    roles = roles_for(user)
+    :func:`required_write_role`, over every namespace at once); pending when
+    reading the user's grants would cost a statement of its own."""
+    roles = getattr(user, _CACHE_ATTR, None) or _without_grants(user)
+    if roles is None:
+        return WriteGuard((), (), pending=user, branch=branch)
     writer = roles.at_least(Role.WRITER)
-    return WriteGuard(writer, writer if branch != "" else roles.at_least(Role.MAINTAINER))
+    maintainer = writer if branch != "" else roles.at_least(Role.MAINTAINER)
+    return WriteGuard(writer, maintainer, branch=branch)
+
+
+@functools.cache
+def guard_ctes() -> str:
+    """Two CTEs for a store's lock statement, after one ``n(name, protected)`` of
+    the keys' namespaces: ``ur(object_pk, codename)``, the pending user's role
+    rows (:func:`_roles_sql`; none unless pending), and ``wa(name)``, the names
+    in ``n`` the guard lets the user write.
+
+    ``wa`` is :func:`required_write_role` over the role table :func:`_fold`
+    builds from the same rows (the floor from global permissions, the best
+    grant per namespace), so the lock and the 404/403 decision after it cannot
+    disagree. Parameters: :func:`guard_params`.
+    """
+    level = " ".join(f"WHEN '{c}' THEN {int(r)}" for c, r in _CODENAME_ROLE.items())
+    listed = (
+        "CASE WHEN n.protected"
+        " THEN jsonb_typeof(%(guard)s::jsonb->'p') = 'null' OR %(guard)s::jsonb->'p' ? n.name"
+        " ELSE jsonb_typeof(%(guard)s::jsonb->'u') = 'null' OR %(guard)s::jsonb->'u' ? n.name END"
+    )
+    return (
+        f"ur(object_pk, codename) AS ({_roles_sql()}),"
+        f" wa AS (SELECT n.name FROM n WHERE {listed}"
+        f" OR (SELECT max(CASE ur.codename {level} END) FROM ur"
+        "  WHERE ur.object_pk IS NULL OR ur.object_pk = n.name)"
+        f" >= CASE WHEN n.protected AND %(baseline)s THEN {int(Role.MAINTAINER)}"
+        f" ELSE {int(Role.WRITER)} END)"
+    )
+
+
+def guard_params(guard: WriteGuard | None) -> dict[str, Any]:
+    """:func:`guard_ctes`' parameters; ``None`` lets every namespace be written.
+
+    The name lists go as one JSON document (one ``json.dumps`` in C), not as
+    arrays: psycopg adapts every array parameter in Python.
+    """
+    if guard is None:
+        lists: dict[str, list[str] | None] = {"p": None, "u": None}
+    else:
+        lists = {
+            "p": None if guard.protected is None else list(guard.protected),
+            "u": None if guard.unprotected is None else list(guard.unprotected),
+        }
+    pending = guard.pending if guard is not None else None
+    return {
+        "guard": json.dumps(lists),
+        "user": pending.pk if pending is not None else None,
+        "codenames": _CODENAMES,
+        "baseline": guard is None or guard.branch == "",
+    }
 
 
 def required_write_role(namespace: Namespace, *, branch: str) -> Role:
