@@ -76,10 +76,9 @@ def test_an_authorized_single_write_is_four_round_trips_like_get_and_save(writer
     put(fresh(writer), 1)  # statements are prepared on a connection's first use of them
     with round_trips() as atlas:
         put(fresh(writer), 2)  # fresh() stands for the request's token lookup
-    with round_trips() as plain:
-        with transaction.atomic():
-            ns = Namespace.objects.get(pk=NS)
-            ns.save()
+    with round_trips() as plain, transaction.atomic():
+        ns = Namespace.objects.get(pk=NS)
+        ns.save()
     # fresh() is one round trip of its own, ahead of the write's four.
     assert len(atlas) == 1 + 4, "\n".join(atlas)
     assert "BEGIN" in atlas[1] and "COMMIT" in atlas[4], atlas
@@ -100,3 +99,131 @@ def test_the_role_rows_ride_in_the_lock_statement(writer, staff):
     with CaptureQueriesContext(connection) as captured:
         assert access.can_read(actor, NS)
     assert len(captured) == 0
+
+
+def test_an_authorized_put_over_http_is_the_token_lookup_and_the_four(writer, staff, client_for):
+    put(staff, 0)
+    client = client_for(writer)
+    url = f"/api/v1/entities/{NS}/order/a"
+    assert client.put(url, {"content": {"n": 1}}, format="json").status_code == 200
+    with CaptureQueriesContext(connection) as captured:
+        response = client.put(url, {"content": {"n": 2}}, format="json")
+    assert response.status_code == 200, response.content
+    sql = [q["sql"] for q in captured.captured_queries]
+    assert len(sql) == 1 + 4, sql  # token (joined to its user); SAVEPOINT, lock, log, RELEASE
+    assert sum("guardian_" in s for s in sql) == 1 and "FOR UPDATE OF e" in sql[2], sql
+
+
+# --- a grant changed between two requests counts on the second ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "answer"),
+    [("revoke", 404), ("reader", 403), ("maintainer-protected", 403), ("group-revoke", 404)],
+)
+def test_a_grant_changed_takes_effect_on_the_very_next_request(
+    writer, staff, client_for, namespace, change, answer
+):
+    """Two requests with one token: the first writes, the grant changes, the
+    second is refused with the answer the new grant gives (API.md: a caller who
+    cannot read the namespace gets 404, a reader who cannot write 403)."""
+    from django.contrib.auth.models import Group
+
+    put(staff, 0)
+    if change == "group-revoke":  # the role comes through a group only
+        role_revoke(namespace=namespace, principal=writer)
+        group = Group.objects.create(name="writers")
+        role_grant(namespace=namespace, principal=group, role="writer")
+        writer.groups.add(group)
+    client = client_for(writer)
+    url = f"/api/v1/entities/{NS}/order/a"
+    first = client.put(url, {"content": {"n": 1}}, format="json")
+    assert first.status_code == 200, first.content
+    if change == "revoke":
+        role_revoke(namespace=namespace, principal=User.objects.get(pk=writer.pk))
+    elif change == "reader":
+        role_grant(namespace=namespace, principal=User.objects.get(pk=writer.pk), role="reader")
+    elif change == "maintainer-protected":
+        Namespace.objects.filter(pk=NS).update(protected=True)
+    else:
+        writer.groups.clear()
+    second = client.put(url, {"content": {"n": 2}}, format="json")
+    assert second.status_code == answer, second.content
+    assert second["Content-Type"].startswith("application/problem+json")
+    assert baseline.get(KEY).content == {"n": 1}
+
+
+# --- a refused caller locks nothing -------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("role", [None, "reader"])
+def test_a_refused_lock_statement_never_blocks_a_writer_of_the_same_key(
+    staff, writer, make_user, role
+):
+    """The refused caller's lock statement runs, and its transaction stays open;
+    a writer of the same key goes through meanwhile, so it holds no row lock."""
+    put(staff, 0)
+    refused = fresh(make_user("rita", **({role: [NS]} if role else {})))
+    ran, release, seen = threading.Event(), threading.Event(), {}
+
+    def refused_lock() -> None:
+        try:
+            with transaction.atomic():
+                guard = access.write_guard(refused, branch="")
+                assert guard.pending is refused  # the roles ride in the lock statement
+                seen["rows"], seen["namespaces"] = baseline.lock([KEY], guard=guard)
+                ran.set()
+                release.wait(10)
+        finally:
+            ran.set()
+            connection.close()
+
+    thread = threading.Thread(target=refused_lock)
+    thread.start()
+    try:
+        assert ran.wait(10)
+        assert seen == {"rows": {}, "namespaces": {NS: False}}
+        assert access.role_in(refused, NS) == (access.Role.READER if role else access.Role.NONE)
+        with connection.cursor() as cursor:  # a lock wait fails the test instead of blocking
+            cursor.execute("SET lock_timeout = '1s'")
+        put(fresh(writer), 1)
+    finally:
+        release.set()
+        thread.join(10)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    assert baseline.get(KEY).content == {"n": 1}
+
+
+@pytest.mark.parametrize("known", [False, True])
+@pytest.mark.parametrize(
+    ("roles", "protected", "branch", "locks"),
+    [
+        ({}, False, "", False),
+        ({"reader": [NS]}, False, "", False),
+        ({"writer": [NS]}, False, "", True),
+        ({"writer": [NS]}, True, "", False),
+        ({"writer": [NS]}, True, "feature", True),
+        ({"maintainer": [NS]}, True, "", True),
+        ({"writer": ["other.ns"]}, False, "", False),
+    ],
+)
+def test_pending_and_known_guards_lock_the_same_rows(
+    staff, namespace, make_user, known, roles, protected, branch, locks
+):
+    put(staff, 0)
+    if protected:
+        Namespace.objects.filter(pk=NS).update(protected=True)
+    user = fresh(make_user("guarded", **roles))
+    if known:
+        access.roles_for(user)
+    guard = access.write_guard(user, branch=branch)
+    assert (guard.pending is None) is known
+    with CaptureQueriesContext(connection) as captured:
+        rows, _ = baseline.lock([KEY], guard=guard)
+        allowed = access.role_in(user, NS) >= access.required_write_role(
+            Namespace(name=NS, protected=protected), branch=branch
+        )
+    assert len(captured) == 1  # the lock; the roles came with it or were known
+    assert bool(rows) is locks is allowed
