@@ -223,6 +223,9 @@ def _lock(
     Namespaces must exist (staff create them) and be writable by the actor.
     The store reads them in its lock statement, locking rows only where the
     guard says the actor may write, so a refused caller never holds a lock.
+    An actor whose roles are not loaded yet (a request's user) gets a pending
+    guard: the lock statement reads its role rows too and caches them on it, so
+    the check below costs no round trip (``entities.access.WriteGuard``).
     """
     first_pointer: dict[str, str | None] = {}
     for key, pointer in touched:
