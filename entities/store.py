@@ -315,10 +315,8 @@ class BaselineStore:
             return Locked({}, {})
         # Raw SQL buys one prepared round trip for the namespace check, the role check
         # and a guarded, key-ordered FOR UPDATE: the first of a single write's two statements.
-        params = {
-            "keys": json.dumps([[k.namespace, k.kind, k.slug] for k in keys]),
-            **access.guard_params(guard),
-        }
+        params = access.guard_params(guard)
+        params["keys"] = json.dumps([[k.namespace, k.kind, k.slug] for k in keys])
         with prepared_cursor() as cursor:
             cursor.execute(_lock_sql(), params)
             result = cursor.fetchall()
@@ -327,8 +325,7 @@ class BaselineStore:
         grants: list[tuple[str | None, str | None]] = []
         for row in result:
             if row[9] == "e":
-                entity = row_to_entity(row)
-                rows[entity.key] = entity
+                rows[EntityKey(row[0], row[1], row[2])] = row_to_entity(row)
             elif row[9] == "n":
                 namespaces[row[0]] = row[8]
             else:
