@@ -18,9 +18,10 @@ cache lives no longer than the user object, i.e. one request, so a grant,
 group or ``is_superuser`` change is seen by the next request without
 invalidation. A write whose actor's roles are not loaded yet does not load
 them first: its :class:`WriteGuard` is *pending*, and the store's lock
-statement reads the same role rows (:func:`guard_ctes`), locks only where they
-allow, and hands them back to be cached (:meth:`WriteGuard.learn`), so an
-authorized single write is BEGIN, lock, log, COMMIT (issue 17).
+statement reads the same role rows, on the keys' namespaces (:func:`guard_ctes`),
+locks only where they allow, and hands them back for the 404/403 decision
+(:meth:`WriteGuard.learn`), so an authorized single write is BEGIN, lock, log,
+COMMIT (issue 17).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import contextlib
 import functools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -111,7 +112,7 @@ class Roles:
 
 
 @functools.cache
-def _roles_sql() -> str:
+def _roles_sql(scope: str = "") -> str:
     """One statement for every row that can give a user a role (built once, lazily).
 
     The same answer as ``user.get_all_permissions()`` (Django's ModelBackend:
@@ -119,7 +120,9 @@ def _roles_sql() -> str:
     none without an object) filtered to the ``entities`` app, plus the user's
     and their groups' guardian permissions on namespaces: four ``UNION ALL``
     arms, ``object_pk`` NULL for the global ones. One round trip instead of
-    four; an Atlas PUT loads roles once per request.
+    four. ``scope``, a query of namespace names, keeps only the grants on those
+    (the global rows always count), so a write reads its own namespaces' rows,
+    however many grants the user holds elsewhere.
     """
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group, Permission
@@ -143,6 +146,7 @@ def _roles_sql() -> str:
         f" JOIN {perm} p ON p.id = x.permission_id"
         " WHERE p.codename = ANY(%(codenames)s) AND x.content_type_id ="
         f" (SELECT id FROM {ct} WHERE app_label = 'entities' AND model = 'namespace')"
+        + (f" AND x.object_pk IN ({scope})" if scope else "")
     )
     return (
         f"SELECT NULL, p.codename FROM {user_perms} x{global_perm} AND x.user_id = %(user)s"
@@ -194,13 +198,9 @@ def roles_for(user: User) -> Roles:
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is None:
         cached = _load_roles(user)
-        _remember(user, cached)
+        with contextlib.suppress(AttributeError):
+            setattr(user, _CACHE_ATTR, cached)
     return cached
-
-
-def _remember(user: User, roles: Roles) -> None:
-    with contextlib.suppress(AttributeError):
-        setattr(user, _CACHE_ATTR, roles)
 
 
 def forget_roles(user: User) -> None:
@@ -232,27 +232,37 @@ class WriteGuard:
     A *pending* guard (``pending`` is the user) is for an actor whose roles are
     not loaded yet: its name lists are empty, and a store that embeds
     :func:`guard_ctes` in its lock statement decides from the user's role rows
-    read by that same statement, then hands them to :meth:`learn`. A store
-    that asks :meth:`allows` instead loads them with :func:`roles_for`.
+    read by that same statement (those on the keys' namespaces), then hands
+    them to :meth:`learn`. A store that asks :meth:`allows` instead loads the
+    user's whole role table with :func:`roles_for`.
     """
 
     unprotected: tuple[str, ...] | None
     protected: tuple[str, ...] | None
     pending: User | None = None
     branch: str = ""
+    # The roles a lock statement read for ``pending``, on its keys' namespaces only.
+    learned: list[Roles] = field(default_factory=list, compare=False, hash=False)
 
     def allows(self, name: str, protected: bool) -> bool:
         if self.pending is not None:
             needed = Role.MAINTAINER if protected and self.branch == "" else Role.WRITER
-            return roles_for(self.pending).role(name) >= needed
+            return (self.learned_roles() or roles_for(self.pending)).role(name) >= needed
         names = self.protected if protected else self.unprotected
         return names is None or name in names
 
     def learn(self, rows: Sequence[Sequence[str | None]]) -> None:
-        """Cache the pending user's role table from the lock statement's ``ur`` rows,
-        so the 404/403 decision after the lock (:func:`require_write`) reads no more."""
+        """Keep the pending user's roles from the lock statement's ``ur`` rows, so
+        the 404/403 decision after the lock (:func:`require_write`) reads no more.
+
+        Not cached on the user: they cover the keys' namespaces, not every one.
+        """
         if self.pending is not None:
-            _remember(self.pending, _fold(rows))
+            self.learned[:] = [_fold(rows)]
+
+    def learned_roles(self) -> Roles | None:
+        """The pending user's roles a lock statement read (its keys' namespaces only)."""
+        return self.learned[0] if self.learned else None
 
 
 def write_guard(user: User, *, branch: str) -> WriteGuard:
@@ -271,7 +281,8 @@ def write_guard(user: User, *, branch: str) -> WriteGuard:
 def guard_ctes() -> str:
     """Two CTEs for a store's lock statement, after one ``n(name, protected)`` of
     the keys' namespaces: ``ur(object_pk, codename)``, the pending user's role
-    rows (:func:`_roles_sql`; none unless pending), and ``wa(name)``, the names
+    rows on those namespaces (:func:`_roles_sql`; none unless pending), and
+    ``wa(name)``, the names
     in ``n`` the guard lets the user write.
 
     ``wa`` is :func:`required_write_role` over the role table :func:`_fold`
@@ -286,7 +297,7 @@ def guard_ctes() -> str:
         " ELSE jsonb_typeof(%(guard)s::jsonb->'u') = 'null' OR %(guard)s::jsonb->'u' ? n.name END"
     )
     return (
-        f"ur(object_pk, codename) AS ({_roles_sql()}),"
+        f"ur(object_pk, codename) AS ({_roles_sql('SELECT name FROM n')}),"
         f" wa AS (SELECT n.name FROM n WHERE {listed}"
         f" OR (SELECT max(CASE ur.codename {level} END) FROM ur"
         "  WHERE ur.object_pk IS NULL OR ur.object_pk = n.name)"
@@ -328,15 +339,19 @@ def require_write(
     *,
     branch: str,
     pointers: dict[str, str | None] | None = None,
+    roles: Roles | None = None,
 ) -> None:
     """Raise unless ``user`` may write every namespace in ``namespaces``.
+
+    ``roles``: the user's roles in these namespaces when already read (a pending
+    guard's, :meth:`WriteGuard.learned_roles`); else :func:`roles_for`.
 
     Unreadable namespaces answer 404 (not visible = not found); readable but
     not writable ones 403, with the pointer of the first op that touched it.
     """
     pointers = pointers or {}
     for name, namespace in namespaces.items():
-        role = role_in(user, name)
+        role = (roles or roles_for(user)).role(name)
         needed = required_write_role(namespace, branch=branch)
         if role < Role.READER:
             raise NotFound(f"Namespace {name!r} not found.", pointer=pointers.get(name))

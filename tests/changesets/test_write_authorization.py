@@ -95,10 +95,18 @@ def test_the_role_rows_ride_in_the_lock_statement(writer, staff):
     assert len(sql) == 4, sql
     assert "guardian_userobjectpermission" in sql[1] and "FOR UPDATE OF e" in sql[1]
     assert "changesets_loghead" in sql[2]
-    # ...and are cached on the user object for the rest of the request.
-    with CaptureQueriesContext(connection) as captured:
-        assert access.can_read(actor, NS)
-    assert len(captured) == 0
+
+
+def test_the_lock_statement_reads_only_the_keys_namespaces_grants(make_user, staff, namespace):
+    put(staff, 0)
+    user = fresh(make_user("many", writer=[NS, "acme.a", "acme.b"], reader=["acme.c"]))
+    guard = access.write_guard(user, branch="")
+    rows, _ = baseline.lock([KEY], guard=guard)
+    assert list(rows) == [KEY]
+    learned = guard.learned_roles()
+    assert learned is not None and learned.grants == {NS: access.Role.WRITER}
+    assert not hasattr(user, "_atlas_namespace_roles")  # a partial table is never cached
+    assert access.readable_namespaces(user) == ["acme.a", "acme.b", "acme.c", NS]
 
 
 def test_an_authorized_put_over_http_is_the_token_lookup_and_the_four(writer, staff, client_for):
@@ -222,8 +230,10 @@ def test_pending_and_known_guards_lock_the_same_rows(
     assert (guard.pending is None) is known
     with CaptureQueriesContext(connection) as captured:
         rows, _ = baseline.lock([KEY], guard=guard)
-        allowed = access.role_in(user, NS) >= access.required_write_role(
-            Namespace(name=NS, protected=protected), branch=branch
-        )
+        guarded = guard.allows(NS, protected)
     assert len(captured) == 1  # the lock; the roles came with it or were known
-    assert bool(rows) is locks is allowed
+    # ...and agree with the engine's answer from the user's whole role table.
+    allowed = access.role_in(fresh(user), NS) >= access.required_write_role(
+        Namespace(name=NS, protected=protected), branch=branch
+    )
+    assert bool(rows) is locks is allowed is guarded
