@@ -282,8 +282,7 @@ def guard_ctes() -> str:
     """Two CTEs for a store's lock statement, after one ``n(name, protected)`` of
     the keys' namespaces: ``ur(object_pk, codename)``, the pending user's role
     rows on those namespaces (:func:`_roles_sql`; none unless pending), and
-    ``wa(name)``, the names
-    in ``n`` the guard lets the user write.
+    ``wa(name)``, the names in ``n`` the guard lets the user write.
 
     ``wa`` is :func:`required_write_role` over the role table :func:`_fold`
     builds from the same rows (the floor from global permissions, the best
