@@ -237,3 +237,20 @@ def test_pending_and_known_guards_lock_the_same_rows(
         Namespace(name=NS, protected=protected), branch=branch
     )
     assert bool(rows) is locks is allowed is guarded
+
+
+@pytest.mark.parametrize(
+    ("codename", "locks"), [("write_namespace", True), ("read_namespace", False)]
+)
+def test_a_global_permission_counts_in_the_lock_statement(staff, namespace, codename, locks):
+    """A global ``entities.*_namespace`` permission is a floor in every namespace,
+    in the lock statement's role rows as in the whole role table."""
+    from django.contrib.auth.models import Permission
+
+    put(staff, 0)
+    user = User.objects.create_user("global")
+    user.user_permissions.add(Permission.objects.get(codename=codename))
+    guard = access.write_guard(fresh(user), branch="")
+    rows, _ = baseline.lock([KEY], guard=guard)
+    assert bool(rows) is locks
+    assert guard.learned_roles().floor == access.roles_for(fresh(user)).floor
