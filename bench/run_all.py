@@ -238,7 +238,8 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
         )
         rows.append(
             [
-                "1 single-entity write, Atlas service p50 vs plain get()+save()",
+                "1 single-entity write, Atlas service p50 vs plain get()+save()"
+                " (authorization included, as a request pays it)",
                 "≤ 1.2×",
                 f"{fmt_ratio(a.get('ratio', nan))} ({a.get('p50', nan):.2f} vs"
                 f" {single['plain get()+save()']['p50']:.2f} ms)",

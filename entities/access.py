@@ -16,16 +16,23 @@ Roles are computed once per user object (one statement) and cached on it: a
 request checks many namespaces, and a batch must not cost a query per op. The
 cache lives no longer than the user object, i.e. one request, so a grant,
 group or ``is_superuser`` change is seen by the next request without
-invalidation.
+invalidation. A write whose actor's roles are not loaded yet does not load
+them first: its :class:`WriteGuard` is *pending*, and the store's lock
+statement reads the same role rows, on the keys' namespaces (:func:`guard_ctes`),
+locks only where they allow, and hands them back for the 404/403 decision
+(:meth:`WriteGuard.learn`), so an authorized single write is BEGIN, lock, log,
+COMMIT (issue 17).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 from django.contrib.auth import models as auth_models
 from django.contrib.auth.models import AnonymousUser
@@ -54,6 +61,7 @@ _CODENAME_ROLE = {
     "write_namespace": Role.WRITER,
     "maintain_namespace": Role.MAINTAINER,
 }
+_CODENAMES = list(_CODENAME_ROLE)
 _CACHE_ATTR = "_atlas_namespace_roles"
 
 # The project runs on Django's own user model (no AUTH_USER_MODEL), so the
@@ -104,7 +112,7 @@ class Roles:
 
 
 @functools.cache
-def _roles_sql() -> str:
+def _roles_sql(scope: str = "") -> str:
     """One statement for every row that can give a user a role (built once, lazily).
 
     The same answer as ``user.get_all_permissions()`` (Django's ModelBackend:
@@ -112,7 +120,9 @@ def _roles_sql() -> str:
     none without an object) filtered to the ``entities`` app, plus the user's
     and their groups' guardian permissions on namespaces: four ``UNION ALL``
     arms, ``object_pk`` NULL for the global ones. One round trip instead of
-    four; an Atlas PUT loads roles once per request.
+    four. ``scope``, a query of namespace names, keeps only the grants on those
+    (the global rows always count), so a write reads its own namespaces' rows,
+    however many grants the user holds elsewhere.
     """
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group, Permission
@@ -132,8 +142,13 @@ def _roles_sql() -> str:
         f" JOIN {ct} c ON c.id = p.content_type_id"
         " AND c.app_label = 'entities' WHERE p.codename = ANY(%(codenames)s)"
     )
+    # Scoped, the names are joined first, so each (namespace, permission) pair is
+    # one probe of guardian's unique (principal, permission, object) index, not a
+    # scan of all the user's grants (``IN (scope)`` planned that scan: twice the
+    # role rows' server time, measured in docs/benchmarks.md).
+    in_scope = f" JOIN ({scope}) s(name) ON s.name = x.object_pk" if scope else ""
     object_perm = (
-        f" JOIN {perm} p ON p.id = x.permission_id"
+        f"{in_scope} JOIN {perm} p ON p.id = x.permission_id"
         " WHERE p.codename = ANY(%(codenames)s) AND x.content_type_id ="
         f" (SELECT id FROM {ct} WHERE app_label = 'entities' AND model = 'namespace')"
     )
@@ -151,18 +166,31 @@ def _roles_sql() -> str:
     )
 
 
-def _load_roles(user: User) -> Roles:
+def _without_grants(user: User) -> Roles | None:
+    """The roles that need no grant rows: none (anonymous, inactive), all (superuser)."""
     if not getattr(user, "is_authenticated", False) or not user.is_active:
         return Roles(Role.NONE, {})
     if user.is_superuser:
         return Roles(Role.MAINTAINER, {})
+    return None
+
+
+def _load_roles(user: User) -> Roles:
+    known = _without_grants(user)
+    if known is not None:
+        return known
     with prepared_cursor() as cursor:  # every request runs it: parse and plan once
         cursor.execute(_roles_sql(), {"user": user.pk, "codenames": list(_CODENAME_ROLE)})
         rows = cursor.fetchall()
+    return _fold(rows)
+
+
+def _fold(rows: Sequence[Sequence[str | None]]) -> Roles:
+    """The role table of ``(object_pk, codename)`` rows of :func:`_roles_sql`."""
     floor = Role.NONE
     grants: dict[str, Role] = {}
     for object_pk, codename in rows:
-        role = _CODENAME_ROLE[codename]
+        role = _CODENAME_ROLE[str(codename)]
         if object_pk is None:
             floor = max(floor, role)
         elif role > grants.get(object_pk, Role.NONE):
@@ -203,25 +231,104 @@ class WriteGuard:
     """The namespaces a user may write, for the write service's row locks.
 
     Stores lock rows only in namespaces the guard allows, so a caller without
-    the role never holds a lock, although the namespace check (existence and
-    ``protected``) is folded into the lock statement and the role check runs
-    after it. ``None`` means every namespace.
+    the role never holds a lock. ``None`` means every namespace.
+
+    A *pending* guard (``pending`` is the user) is for an actor whose roles are
+    not loaded yet: its name lists are empty, and a store that embeds
+    :func:`guard_ctes` in its lock statement decides from the user's role rows
+    read by that same statement (those on the keys' namespaces), then hands
+    them to :meth:`learn`. A store that asks :meth:`allows` instead loads the
+    user's whole role table with :func:`roles_for`.
     """
 
     unprotected: tuple[str, ...] | None
     protected: tuple[str, ...] | None
+    pending: User | None = None
+    branch: str = ""
+    # The roles a lock statement read for ``pending``, on its keys' namespaces only.
+    learned: list[Roles] = field(default_factory=list, compare=False, hash=False)
 
     def allows(self, name: str, protected: bool) -> bool:
+        if self.pending is not None:
+            needed = Role.MAINTAINER if protected and self.branch == "" else Role.WRITER
+            return (self.learned_roles() or roles_for(self.pending)).role(name) >= needed
         names = self.protected if protected else self.unprotected
         return names is None or name in names
+
+    def learn(self, rows: Sequence[Sequence[str | None]]) -> None:
+        """Keep the pending user's roles from the lock statement's ``ur`` rows, so
+        the 404/403 decision after the lock (:func:`require_write`) reads no more.
+
+        Not cached on the user: they cover the keys' namespaces, not every one.
+        """
+        if self.pending is not None:
+            self.learned[:] = [_fold(rows)]
+
+    def learned_roles(self) -> Roles | None:
+        """The pending user's roles a lock statement read (its keys' namespaces only)."""
+        return self.learned[0] if self.learned else None
 
 
 def write_guard(user: User, *, branch: str) -> WriteGuard:
     """:class:`WriteGuard` for ``user`` writing ``branch`` (the rule of
-    :func:`required_write_role`, over every namespace at once)."""
-    roles = roles_for(user)
+    :func:`required_write_role`, over every namespace at once); pending when
+    reading the user's grants would cost a statement of its own."""
+    roles = getattr(user, _CACHE_ATTR, None) or _without_grants(user)
+    if roles is None:
+        return WriteGuard((), (), pending=user, branch=branch)
     writer = roles.at_least(Role.WRITER)
-    return WriteGuard(writer, writer if branch != "" else roles.at_least(Role.MAINTAINER))
+    maintainer = writer if branch != "" else roles.at_least(Role.MAINTAINER)
+    return WriteGuard(writer, maintainer, branch=branch)
+
+
+@functools.cache
+def guard_ctes() -> str:
+    """Two CTEs for a store's lock statement, after one ``n(name, protected)`` of
+    the keys' namespaces: ``ur(object_pk, codename)``, the pending user's role
+    rows on those namespaces (:func:`_roles_sql`; none unless pending), and
+    ``wa(name)``, the names in ``n`` the guard lets the user write.
+
+    ``wa`` is :func:`required_write_role` over the role table :func:`_fold`
+    builds from the same rows (the floor from global permissions, the best
+    grant per namespace), so the lock and the 404/403 decision after it cannot
+    disagree. Parameters: :func:`guard_params`.
+    """
+    level = " ".join(f"WHEN '{c}' THEN {int(r)}" for c, r in _CODENAME_ROLE.items())
+    listed = (
+        "CASE WHEN n.protected"
+        " THEN jsonb_typeof(%(guard)s::jsonb->'p') = 'null' OR %(guard)s::jsonb->'p' ? n.name"
+        " ELSE jsonb_typeof(%(guard)s::jsonb->'u') = 'null' OR %(guard)s::jsonb->'u' ? n.name END"
+    )
+    return (
+        f"ur(object_pk, codename) AS ({_roles_sql('SELECT name FROM n')}),"
+        f" wa AS (SELECT n.name FROM n WHERE {listed}"
+        f" OR (SELECT max(CASE ur.codename {level} END) FROM ur"
+        "  WHERE ur.object_pk IS NULL OR ur.object_pk = n.name)"
+        f" >= CASE WHEN n.protected AND %(baseline)s THEN {int(Role.MAINTAINER)}"
+        f" ELSE {int(Role.WRITER)} END)"
+    )
+
+
+def guard_params(guard: WriteGuard | None) -> dict[str, Any]:
+    """:func:`guard_ctes`' parameters; ``None`` lets every namespace be written.
+
+    The name lists go as one JSON document (one ``json.dumps`` in C), not as
+    arrays: psycopg adapts every array parameter in Python.
+    """
+    if guard is None:
+        lists: dict[str, list[str] | None] = {"p": None, "u": None}
+    else:
+        lists = {
+            "p": None if guard.protected is None else list(guard.protected),
+            "u": None if guard.unprotected is None else list(guard.unprotected),
+        }
+    pending = guard.pending if guard is not None else None
+    return {
+        "guard": json.dumps(lists),
+        "user": pending.pk if pending is not None else None,
+        "codenames": _CODENAMES,
+        "baseline": guard is None or guard.branch == "",
+    }
 
 
 def required_write_role(namespace: Namespace, *, branch: str) -> Role:
@@ -235,15 +342,19 @@ def require_write(
     *,
     branch: str,
     pointers: dict[str, str | None] | None = None,
+    roles: Roles | None = None,
 ) -> None:
     """Raise unless ``user`` may write every namespace in ``namespaces``.
+
+    ``roles``: the user's roles in these namespaces when already read (a pending
+    guard's, :meth:`WriteGuard.learned_roles`); else :func:`roles_for`.
 
     Unreadable namespaces answer 404 (not visible = not found); readable but
     not writable ones 403, with the pointer of the first op that touched it.
     """
     pointers = pointers or {}
     for name, namespace in namespaces.items():
-        role = role_in(user, name)
+        role = (roles or roles_for(user)).role(name)
         needed = required_write_role(namespace, branch=branch)
         if role < Role.READER:
             raise NotFound(f"Namespace {name!r} not found.", pointer=pointers.get(name))

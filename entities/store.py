@@ -10,6 +10,7 @@ Only the write service may call the mutating methods (DESIGN invariant 1).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from uuid import UUID
 from django.db import connection
 
 from atlas.db import prepared_cursor
+from entities import access
 from entities.models import Namespace
 
 if TYPE_CHECKING:
@@ -229,6 +231,29 @@ def like_prefix(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+@functools.cache
+def _lock_sql() -> str:
+    """:meth:`BaselineStore.lock`'s statement; rows tagged ``n`` (namespace), ``e``
+    (a locked entity row) or ``r`` (one of a pending guard's role rows)."""
+    return (
+        "WITH k AS (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
+        "  FROM jsonb_array_elements(%(keys)s::jsonb) v),"
+        " n AS (SELECT name, protected FROM entities_namespace"
+        "  WHERE name IN (SELECT ns FROM k)),"
+        f" {access.guard_ctes()},"
+        " e AS (SELECT e.namespace_id, e.kind, e.slug, e.content, e.version,"
+        "  e.created_at, e.updated_at, e.changeset_id FROM entities_entity e"
+        "  JOIN k ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
+        "  JOIN wa ON wa.name = e.namespace_id"
+        "  ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e)"
+        " SELECT name, NULL, NULL, NULL::jsonb, NULL::int, NULL::timestamptz,"
+        "  NULL::timestamptz, NULL::uuid, protected, 'n' FROM n"
+        " UNION ALL SELECT *, NULL, 'e' FROM e"
+        " UNION ALL SELECT object_pk, codename, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'r'"
+        "  FROM ur"
+    )
+
+
 class BaselineStore:
     """The live entity table."""
 
@@ -282,52 +307,31 @@ class BaselineStore:
         queue behind each other instead of deadlocking. With a ``guard``, only
         rows in namespaces it allows are locked: a caller the service will
         refuse (after this statement, from ``namespaces``) never holds a lock.
+        A pending guard's role rows are read by this statement too
+        (``entities.access.guard_ctes``) and handed back to it.
         """
         keys = sorted(set(keys))
         if not keys:
             return Locked({}, {})
-        # Raw SQL buys one prepared round trip for the namespace check and a guarded,
-        # key-ordered FOR UPDATE: the first of a single write's two statements.
-        sql = (
-            "WITH k AS (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
-            "  FROM jsonb_array_elements(%(keys)s::jsonb) v),"
-            " n AS (SELECT name, protected FROM entities_namespace"
-            "  WHERE name IN (SELECT ns FROM k)),"
-            " e AS (SELECT e.namespace_id, e.kind, e.slug, e.content, e.version,"
-            "  e.created_at, e.updated_at, e.changeset_id FROM entities_entity e"
-            "  JOIN k ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
-            "  JOIN n ON n.name = e.namespace_id AND CASE WHEN n.protected"
-            "   THEN jsonb_typeof(%(guard)s::jsonb->'p') = 'null' OR %(guard)s::jsonb->'p' ? n.name"
-            "   ELSE jsonb_typeof(%(guard)s::jsonb->'u') = 'null' OR %(guard)s::jsonb->'u' ? n.name"
-            "  END ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e)"
-            " SELECT name, NULL, NULL, NULL::jsonb, NULL::int, NULL::timestamptz,"
-            "  NULL::timestamptz, NULL::uuid, protected FROM n"
-            " UNION ALL SELECT *, NULL FROM e"
-        )
-        # Keys and guard as JSON documents (one json.dumps in C each), not arrays:
-        # psycopg adapts every array parameter in Python (see json_array).
-        params = {
-            "keys": json.dumps([[k.namespace, k.kind, k.slug] for k in keys]),
-            "guard": json.dumps(
-                {"p": None, "u": None}
-                if guard is None
-                else {
-                    "p": None if guard.protected is None else list(guard.protected),
-                    "u": None if guard.unprotected is None else list(guard.unprotected),
-                }
-            ),
-        }
+        # Raw SQL buys one prepared round trip for the namespace check, the role check
+        # and a guarded, key-ordered FOR UPDATE: the first of a single write's two statements.
+        params = access.guard_params(guard)
+        params["keys"] = json.dumps([[k.namespace, k.kind, k.slug] for k in keys])
         with prepared_cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(_lock_sql(), params)
             result = cursor.fetchall()
         rows: dict[EntityKey, StoredEntity] = {}
         namespaces: dict[str, bool] = {}
+        grants: list[tuple[str | None, str | None]] = []
         for row in result:
-            if row[8] is None:
-                entity = row_to_entity(row)
-                rows[entity.key] = entity
-            else:
+            if row[9] == "e":
+                rows[EntityKey(row[0], row[1], row[2])] = row_to_entity(row)
+            elif row[9] == "n":
                 namespaces[row[0]] = row[8]
+            else:
+                grants.append((row[0], row[1]))
+        if guard is not None:
+            guard.learn(grants)
         return Locked(rows, namespaces)
 
     def write_sql(

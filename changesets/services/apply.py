@@ -227,6 +227,9 @@ def _lock(
     Namespaces must exist (staff create them) and be writable by the actor.
     The store reads them in its lock statement, locking rows only where the
     guard says the actor may write, so a refused caller never holds a lock.
+    An actor whose roles are not loaded yet (a request's user) gets a pending
+    guard: the lock statement reads its role rows in those namespaces too and
+    the check below decides from them, at no round trip (``entities.access.WriteGuard``).
     """
     first_pointer: dict[str, str | None] = {}
     for key, pointer in touched:
@@ -241,7 +244,10 @@ def _lock(
             name: Namespace.from_db(connection.alias, ["name", "protected"], (name, existing[name]))
             for name in sorted(existing)
         }
-        access.require_write(actor, namespaces, branch=store.branch, pointers=first_pointer)
+        roles = guard.learned_roles() if guard is not None else None
+        access.require_write(
+            actor, namespaces, branch=store.branch, pointers=first_pointer, roles=roles
+        )
     return initial
 
 
