@@ -72,6 +72,11 @@ DECLARE
     parts text[];
     p text;
 BEGIN
+    -- NULL only in the rows' old versions during this migration: CREATE INDEX
+    -- also indexes the versions the backfill's UPDATE has just replaced.
+    IF changed IS NULL THEN
+        RETURN terms;
+    END IF;
     FOREACH p IN ARRAY changed LOOP
         terms := terms || (head || '=' || p) || (head || '^' || p);
         IF position('/' IN substr(p, 2)) > 0 THEN  -- nested: its proper prefixes too
