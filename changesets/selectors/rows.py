@@ -96,6 +96,12 @@ VALUES = (
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def from_micros(micros: int) -> datetime:
+    """An aware UTC time from epoch microseconds (:data:`AT_MICROS`): two C calls,
+    where Django's ``timestamptz`` loader parses text in Python."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
 def row_of(r: Sequence[Any]) -> HistoryRow:
     """A row of :data:`VALUES` (images decoded or still text) as a :class:`HistoryRow`."""
     at = _EPOCH + timedelta(microseconds=r[4])
