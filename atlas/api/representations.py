@@ -18,6 +18,7 @@ from rest_framework import serializers
 from atlas.api.render import rfc3339
 from changesets.models import Changeset, Revision
 from changesets.selectors.log import sees_every_namespace
+from changesets.selectors.rows import ChangesetBrief, HistoryRow
 
 
 def op_repr(revision: Revision) -> dict[str, Any]:
@@ -76,7 +77,11 @@ def changeset_repr(
     return body
 
 
-def revision_repr(revision: Revision, changeset: Changeset | None = None) -> dict[str, Any]:
+def revision_repr(
+    revision: Revision | HistoryRow, changeset: Changeset | ChangesetBrief | None = None
+) -> dict[str, Any]:
+    """A revision with its changeset's author, time and rpc: a model instance
+    (``changeset`` given or selected with it) or a history page's row."""
     changeset = changeset or revision.changeset
     return {
         "changeset_id": str(changeset.id),

@@ -25,6 +25,7 @@ from changesets.admin.diff import diff_images
 from changesets.models import BASELINE, Changeset, JournalEntry, Revision
 from changesets.selectors.asof import entity_as_of
 from changesets.selectors.log import entity_has_history, entity_history
+from changesets.selectors.rows import HistoryRow
 from entities.models import Entity
 from entities.store import EntityKey
 
@@ -158,7 +159,7 @@ def _readable_key(request: HttpRequest, namespace: str, kind: str, slug: str) ->
 
 @dataclass
 class HistoryEntry:
-    revision: Revision
+    revision: HistoryRow
     diff: Any
     as_of_url: str | None
 

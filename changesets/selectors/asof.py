@@ -24,13 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 
 from atlas.exceptions import BadRequest, NotFound
 from changesets.models import BASELINE, Changeset
 from changesets.selectors.log import end_of_millisecond, seq_upto, visible_changesets
-from entities.store import EntityKey, StoredEntity, entity_filters, row_to_entity
+from changesets.selectors.rows import from_micros
+from entities.store import EntityKey, StoredEntity, entity_filters, load_json
 
 # The key's hash as ``revision_asof`` indexes it (migration 0007): the planner
 # matches the expression, so it must be spelled the same way here.
@@ -46,7 +48,8 @@ KEY_HASH = "hashtextextended({t}.namespace || '/' || {t}.kind || '/' || {t}.slug
 # that one (``hit`` false) and ``x`` seeks the real key on ``revision_history``;
 # ``x`` is gated by a one-time filter, so it costs nothing when ``h`` hit.
 # Times come from the revisions themselves (``Revision.at``): no changeset
-# probes.
+# probes. They travel as epoch microseconds (``changesets.selectors.rows.from_micros``
+# says why).
 
 
 def _as_of_sql(key_hash: str) -> str:
@@ -60,8 +63,8 @@ _AS_OF_TEMPLATE = """
 SELECT c.namespace, c.kind, c.slug,
        CASE WHEN h.hit THEN h.after ELSE x.after END,
        CASE WHEN h.hit THEN h.after_version ELSE x.after_version END,
-       c.at,
-       CASE WHEN h.hit THEN h.at ELSE x.at END,
+       (extract(epoch from c.at) * 1000000)::int8,
+       (extract(epoch from CASE WHEN h.hit THEN h.at ELSE x.at END) * 1000000)::int8,
        CASE WHEN h.hit THEN h.changeset_id ELSE x.changeset_id END
 FROM (
     SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, at
@@ -225,7 +228,7 @@ def entities_as_of(
         with connection.cursor() as cursor:
             cursor.execute(_AS_OF_SQL.format(where=where), [seq, *params, batch, seq, seq])
             rows = cursor.fetchall()
-        out.extend(row_to_entity(row) for row in rows if row[3] is not None)
+        out.extend(_entity(row) for row in rows if row[3] is not None)
         if len(out) >= limit or len(rows) < batch:
             return out[:limit]
         after = EntityKey(rows[-1][0], rows[-1][1], rows[-1][2])
@@ -238,4 +241,16 @@ def entity_as_of(*, seq: int, key: EntityKey) -> StoredEntity | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, [seq, key.namespace, key.kind, key.slug, 1, seq, seq])
         row = cursor.fetchone()
-    return row_to_entity(row) if row and row[3] is not None else None
+    return _entity(row) if row and row[3] is not None else None
+
+
+def _entity(row: Sequence[Any]) -> StoredEntity:
+    """A row of the as-of statement (times as epoch microseconds) as an entity."""
+    return StoredEntity(
+        key=EntityKey(row[0], row[1], row[2]),
+        content=load_json(row[3]),
+        version=row[4],
+        created_at=from_micros(row[5]),
+        updated_at=from_micros(row[6]),
+        changeset_id=row[7],
+    )

@@ -21,12 +21,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import BooleanField, Q, QuerySet
+from django.db.models import BigIntegerField, BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from changesets import pointers
 from changesets.models import BASELINE, Revision
 from changesets.selectors.log import end_of_millisecond
+from changesets.selectors.rows import (
+    AT_MICROS,
+    ENTITY_WHERE,
+    VALUES,
+    HistoryRow,
+    history_rows,
+    row_of,
+)
 from entities.store import EntityKey
 
 _T = "changesets_revision"
@@ -53,18 +61,18 @@ def entity_key_history(
     branch: str = BASELINE,
     before_seq: int | None = None,
     limit: int = 50,
-) -> list[Revision]:
-    """One entity's revisions that touched ``pointer`` (the key rule), newest first."""
-    qs = Revision.objects.filter(
-        key_filter(branch=branch, namespace=key.namespace, key=pointer),
-        branch=branch,
-        namespace=key.namespace,
-        kind=key.kind,
-        slug=key.slug,
-    )
-    if before_seq is not None:
-        qs = qs.filter(seq__lt=before_seq)
-    return list(qs.select_related("changeset").order_by("-seq")[:limit])
+) -> list[HistoryRow]:
+    """One entity's revisions that touched ``pointer`` (the key rule), newest first.
+
+    Rows, not model instances, like :func:`~changesets.selectors.log.entity_history`.
+    """
+    params: list[Any] = [branch, key.namespace, key.kind, key.slug]
+    if pointer == "":
+        where = f"{ENTITY_WHERE} AND cardinality({_T}.changed) > 0"
+    else:
+        where = f"{ENTITY_WHERE} AND {_KEY_RULE}"
+        params += [branch, key.namespace, pointer]
+    return history_rows(where, params, before_seq=before_seq, limit=limit)
 
 
 @dataclass(frozen=True)
@@ -85,19 +93,22 @@ def namespace_revisions(
     branch: str = BASELINE,
     after: tuple[int, int] | None = None,
     limit: int = 50,
-) -> list[Revision]:
+) -> list[HistoryRow]:
     """Revisions of one namespace on ``branch``, newest first (seq, then id), after
     the position ``after`` ((seq, id) of the last row of the previous page).
 
     With a key, the GIN index finds the revisions that touched it, however rare;
     without one, the rows come off the ``revision_seq`` or ``revision_history``
     index, whichever the planner judges cheaper for the namespace's share of the log.
+    Rows, not model instances (:mod:`changesets.selectors.rows`).
     """
     qs = _filtered(where, branch)
     if after is not None:
         seq, rid = after
         qs = qs.filter(Q(seq__lt=seq) | Q(seq=seq, id__lt=rid))
-    return list(qs.select_related("changeset").order_by("-seq", "-id")[:limit])
+    qs = qs.annotate(at_micros=RawSQL(AT_MICROS, [], output_field=BigIntegerField()))
+    rows = qs.order_by("-seq", "-id").values_list(*VALUES)[:limit]
+    return [row_of(r) for r in rows]
 
 
 def _filtered(where: RevisionFilter, branch: str) -> QuerySet[Revision]:

@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import Count, QuerySet, Subquery
 
 from changesets.models import BASELINE, Changeset, LogHead, Revision
+from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
 
 # Revision columns a changeset's op list needs; the JSON images stay unread.
@@ -63,17 +64,14 @@ def seq_from(at: datetime) -> Subquery:
 
 def entity_history(
     *, key: EntityKey, branch: str = BASELINE, before_seq: int | None = None, limit: int = 50
-) -> list[Revision]:
+) -> list[HistoryRow]:
     """One entity's revisions, newest first, off the ``revision_history`` index.
 
-    Cost grows with the page, not with the size of the log.
+    Cost grows with the page, not with the size of the log; rows, not model
+    instances (:mod:`changesets.selectors.rows` says why).
     """
-    qs = Revision.objects.filter(
-        branch=branch, namespace=key.namespace, kind=key.kind, slug=key.slug
-    )
-    if before_seq is not None:
-        qs = qs.filter(seq__lt=before_seq)
-    return list(qs.select_related("changeset").order_by("-seq")[:limit])
+    params = [branch, key.namespace, key.kind, key.slug]
+    return history_rows(ENTITY_WHERE, params, before_seq=before_seq, limit=limit)
 
 
 def entity_has_history(*, key: EntityKey, branch: str = BASELINE) -> bool:
