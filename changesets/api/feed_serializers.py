@@ -18,6 +18,7 @@ from rest_framework.fields import empty
 from atlas.api import strict
 from atlas.api.inputs import namespace_field
 from atlas.api.render import rfc3339
+from atlas.api.representations import ContextSerializer
 from changesets.models import Capture, Subscription
 from changesets.outbox import subscriptions as subs
 from changesets.selectors import feed
@@ -56,6 +57,10 @@ FeedRecordSerializer = inline_serializer(
         "changed": serializers.ListField(
             child=serializers.CharField(),
             help_text="RFC 6901 pointers of what changed (docs/history.md)",
+        ),
+        "metadata": serializers.DictField(help_text="The changeset's client metadata ({})"),
+        "context": ContextSerializer(
+            allow_null=True, help_text="How the changeset's write arrived (API.md Provenance)"
         ),
         "new_values": serializers.DictField(required=False),
         "new_row": serializers.DictField(required=False, allow_null=True),
