@@ -135,7 +135,28 @@ class ContextSerializer(serializers.Serializer):
     )
 
 
-class ChangesetSerializer(serializers.Serializer):
+# Adds the ``context`` member to a schema serializer: a class attribute of that name
+# would hide ``Serializer.context`` (DRF's serializer context). (A comment: serializer
+# docstrings become schema descriptions.)
+class WithContextField(serializers.Serializer):
+    context_help = "How the write arrived (API.md Provenance; null before it was recorded)"
+    context_required = True
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields["context"] = ContextSerializer(
+            required=self.context_required, allow_null=True, help_text=self.context_help
+        )
+        return fields
+
+
+class ChangesetSerializer(WithContextField):
+    context_help = (
+        "How the write arrived (null before provenance was recorded); absent unless you"
+        " can read every namespace it touched"
+    )
+    context_required = False
+
     id = serializers.UUIDField()
     seq = serializers.IntegerField()
     author = serializers.CharField()
@@ -152,12 +173,6 @@ class ChangesetSerializer(serializers.Serializer):
         required=False,
         help_text="The client's metadata ({} if none); absent unless you can read every"
         " namespace it touched",
-    )
-    context = ContextSerializer(
-        required=False,
-        allow_null=True,
-        help_text="How the write arrived (null before provenance was recorded); absent"
-        " unless you can read every namespace it touched",
     )
     branch = serializers.CharField(allow_blank=True, help_text='"" is baseline')
     rpc = serializers.CharField()
