@@ -1,4 +1,4 @@
-"""Response middleware: compression that keeps entity ETags strong, and the CSP header.
+"""Middleware: compression that keeps entity ETags strong, the CSP header, request ids.
 
 Compression:
 
@@ -21,6 +21,9 @@ from typing import Any
 
 from django.conf import settings
 from django.middleware.gzip import GZipMiddleware as DjangoGZipMiddleware
+
+from atlas.api.provenance import HEADER as REQUEST_ID_HEADER
+from atlas.api.provenance import request_id_from
 
 
 class GZipMiddleware(DjangoGZipMiddleware):
@@ -50,4 +53,25 @@ class ContentSecurityPolicyMiddleware:
         content_type = response.get("Content-Type", "")
         if policy and content_type.startswith("text/html"):
             response.headers.setdefault("Content-Security-Policy", policy)
+        return response
+
+
+class RequestIdMiddleware:
+    """Give every request an id and echo it in the response's ``X-Request-ID``.
+
+    A well-formed ``X-Request-ID`` from the client is kept (1–200 characters of
+    ``[A-Za-z0-9._:-]``), anything else replaced by a generated one
+    (``atlas.api.provenance.request_id_from``), so a client can find its write's
+    changeset by the id it chose, and a forged header cannot put arbitrary text
+    into the log. The write's ``context`` records the same id. First in the
+    stack, so even a redirect or a refused request answers with it.
+    """
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        request.atlas_request_id = request_id_from(request.META.get("HTTP_X_REQUEST_ID"))
+        response = self.get_response(request)
+        response.headers[REQUEST_ID_HEADER] = request.atlas_request_id
         return response

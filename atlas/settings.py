@@ -6,6 +6,7 @@ missing ``SECRET_KEY`` is an error rather than a silently insecure default.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -59,6 +60,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every response, redirects and refusals included, echoes X-Request-ID.
+    "atlas.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # gzip for clients that accept it (feed pages, lists, history compress ~5-10x),
@@ -225,6 +228,18 @@ ATLAS_ALLOW_PRIVATE_WEBHOOKS = env_bool("ATLAS_ALLOW_PRIVATE_WEBHOOKS", default=
 # /metrics answers superusers and a scraper sending "Authorization: Bearer <this>";
 # empty = no bearer token accepted (docs/feed.md, "Metrics").
 ATLAS_METRICS_TOKEN = os.environ.get("ATLAS_METRICS_TOKEN", "")
+
+# Proxies (IPs or CIDRs) whose X-Forwarded-For is believed: a changeset's context.ip is
+# then its right-most address that is not one of them (atlas.api.provenance). Empty:
+# the peer is the client. Checked here so a typo fails at start-up, not on a write.
+ATLAS_TRUSTED_PROXIES = [
+    p.strip() for p in os.environ.get("ATLAS_TRUSTED_PROXIES", "").split(",") if p.strip()
+]
+for _proxy in ATLAS_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"ATLAS_TRUSTED_PROXIES: {_proxy!r} is no IP or CIDR") from _exc
 
 # Sent on every HTML response: the admin and /api/docs/ (atlas.middleware). Scripts,
 # styles, images and fonts from our own origin only; no plugins, no framing. Inline

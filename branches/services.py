@@ -9,8 +9,9 @@ change feed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -269,7 +270,13 @@ def _checked_merge_plan(branch: Branch, actor: User) -> list[OverlayChange]:
 
 
 def _land_merge(
-    branch: Branch, actor: User, plan: list[OverlayChange], *, comment: str, dry_run: bool
+    branch: Branch,
+    actor: User,
+    plan: list[OverlayChange],
+    *,
+    comment: str,
+    dry_run: bool,
+    provenance: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None],
 ) -> MergeResult:
     """Steps 3-4 of :func:`branch_merge`: land the plan as one changeset, or close.
 
@@ -288,6 +295,8 @@ def _land_merge(
         rpc=Rpc.MERGE_BRANCH,
         comment=comment,
         dry_run=dry_run,
+        metadata=provenance[0],
+        context=provenance[1],
     )
     if result.changeset is None and not dry_run:  # pragma: no cover - plan said it moves
         _close_empty_merge(branch, actor)
@@ -303,7 +312,13 @@ def _land_merge(
 
 
 def branch_merge(
-    *, branch: Branch, actor: User, dry_run: bool = False, comment: str = ""
+    *,
+    branch: Branch,
+    actor: User,
+    dry_run: bool = False,
+    comment: str = "",
+    metadata: Mapping[str, Any] | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> MergeResult:
     """Land an open branch on baseline as one changeset (rpc ``MergeBranch``).
 
@@ -335,10 +350,13 @@ def branch_merge(
     A dry run goes through the same checks and locks and writes nothing.
     """
     _require_visible(branch, actor)
+    provenance = (metadata, context)
     for _ in range(MERGE_ATTEMPTS):
         plan = _checked_merge_plan(branch, actor)
         try:
-            return _land_merge(branch, actor, plan, comment=comment, dry_run=dry_run)
+            return _land_merge(
+                branch, actor, plan, comment=comment, dry_run=dry_run, provenance=provenance
+            )
         except PlanMoved:
             continue
     raise Conflict(f"Branch {branch.name!r} kept changing while it was being merged; retry.")

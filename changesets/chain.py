@@ -95,8 +95,15 @@ def _timestamp(value: datetime) -> str:
 
 
 def _header_rest(changeset: Any, revisions_hex: str) -> dict[str, Any]:
-    """The header's members other than ``at`` and ``seq`` (the two the log head hands out)."""
-    return {
+    """The header's members other than ``at`` and ``seq`` (the two the log head hands out).
+
+    ``metadata`` and ``context`` (provenance, migration 0015) are members only
+    when the changeset has them: a changeset written before them hashes as it
+    always did, and setting, changing or removing either on any changeset
+    changes its header, so ``verify_log`` sees it. Both sort between ``at``
+    and ``seq``, so :func:`header_middle` carries them.
+    """
+    header = {
         "id": str(changeset.id),
         "author": changeset.author_name,
         "message": changeset.message,
@@ -107,6 +114,11 @@ def _header_rest(changeset: Any, revisions_hex: str) -> dict[str, Any]:
         "namespaces": list(changeset.namespaces),
         "revisions": revisions_hex,
     }
+    for name in ("metadata", "context"):
+        value = getattr(changeset, name, None)
+        if value is not None:
+            header[name] = value
+    return header
 
 
 def changeset_hash(*, prev_hash: str, changeset: Any, revisions_hex: str) -> str:

@@ -85,6 +85,12 @@ class Changeset(AppendOnlyModel):
     # the previous one's, its own fields and its revisions, in seq order.
     prev_hash = models.CharField(max_length=64, blank=True, default="")
     hash = models.CharField(max_length=64, blank=True, default="")
+    # Provenance (API.md "Provenance", ``changesets.provenance``): the client's
+    # ``metadata`` object and the server's ``context`` of the request. NULL when
+    # there is none (no metadata sent; changesets written before 0015), which a
+    # row stores as one bit of its null bitmap. The chain covers both when set.
+    metadata = models.JSONField(null=True, blank=True)
+    context = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-seq"]

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from atlas.api.render import parse_rfc3339, rfc3339
+from atlas.exceptions import PayloadTooLarge
+from changesets import provenance
 from changesets.exceptions import NdjsonError
 from changesets.models import Changeset, Revision, Rpc
 from entities import validation as v
@@ -31,6 +33,10 @@ MAX_COMMENT_LENGTH = 10_000
 ENVELOPE_KEYS = {"schema_version", "changeset_id", "author", "at", "rpc", "branch", "comment"}
 OP_KEYS = {"op", "namespace", "kind", "slug", "before", "after"}
 OPTIONAL_OP_KEYS = {2: {"changed"}}
+# Version 2 envelopes carry provenance; files without it still import. The
+# ``metadata`` becomes the new changeset's; the ``context`` is the exported
+# write's and is checked, not kept (an import records its own).
+OPTIONAL_ENVELOPE_KEYS = {2: {"metadata", "context"}}
 MEDIA_TYPE = "application/x-ndjson"
 
 
@@ -45,8 +51,8 @@ def export_lines(
 
     ``revisions`` are the ops the reader may see; ``sees_all`` false (the
     reader cannot read every namespace the changeset touched) blanks the
-    envelope's ``comment``, which the API hides from such readers (the key
-    stays: the file format requires it).
+    envelope's ``comment``, ``metadata`` and ``context``, which the API hides
+    from such readers (the keys stay, empty).
     """
     yield (
         _dumps(
@@ -58,6 +64,8 @@ def export_lines(
                 "rpc": changeset.rpc,
                 "branch": changeset.branch,
                 "comment": changeset.comment if sees_all else "",
+                "metadata": (changeset.metadata or {}) if sees_all else {},
+                "context": changeset.context if sees_all else None,
             }
         )
         + "\n"
@@ -166,10 +174,12 @@ def _load_line(raw: str | bytes, number: int) -> dict[str, Any]:
 
 
 def _check_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
-    _keys(envelope, ENVELOPE_KEYS, 1)
     # type(), not ==: JSON's 1.0 and true are not the integer 1, whatever Python says.
-    version = envelope["schema_version"]
-    if type(version) is not int or version not in SCHEMA_VERSIONS:
+    version = envelope.get("schema_version")
+    if type(version) is int and version in SCHEMA_VERSIONS:
+        _keys(envelope, ENVELOPE_KEYS, 1, OPTIONAL_ENVELOPE_KEYS.get(version))
+    else:
+        _keys(envelope, ENVELOPE_KEYS, 1)
         raise _fail(1, f"schema_version must be {' or '.join(map(str, SCHEMA_VERSIONS))}.")
     for name in ("changeset_id", "author", "at", "rpc", "branch", "comment"):
         if not isinstance(envelope[name], str):
@@ -185,7 +195,21 @@ def _check_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
     # The comment becomes the new changeset's: the API's rules for comments apply.
     if "\x00" in envelope["comment"] or len(envelope["comment"]) > MAX_COMMENT_LENGTH:
         raise _fail(1, f"comment must be at most {MAX_COMMENT_LENGTH} characters, no U+0000.")
+    _check_provenance(envelope)
     return envelope
+
+
+def _check_provenance(envelope: dict[str, Any]) -> None:
+    """``metadata`` by the API's rules (over 4 KiB: 413); ``context`` an object or null."""
+    metadata = envelope.get("metadata")
+    if metadata is not None:
+        problem = provenance.metadata_problem(metadata)
+        if problem is not None and problem.too_large:
+            raise PayloadTooLarge(f"Line 1: {problem.message}", pointer="/line/1")
+        if problem is not None:
+            raise _fail(1, f"metadata{problem.pointer}: {problem.message}")
+    if not isinstance(envelope.get("context"), dict | None):
+        raise _fail(1, "context must be an object or null.")
 
 
 _SHAPES = {"create": (False, True), "update": (True, True), "delete": (True, False)}

@@ -28,6 +28,7 @@ from atlas.api.strict import (
     raise_errors,
 )
 from atlas.exceptions import PayloadTooLarge
+from changesets import provenance
 from entities import validation as v
 
 MAX_COMMENT_LENGTH = 10_000
@@ -207,6 +208,39 @@ class ContentField(NullChecked, serializers.Field):
 
     def to_representation(self, value: Any) -> Any:
         return value
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {},
+        "nullable": True,
+        "description": "The client's provenance, stored on the changeset: a JSON object"
+        f" of at most {provenance.MAX_METADATA_BYTES} bytes as compact JSON (413 over it).",
+    }
+)
+class MetadataField(serializers.Field):
+    """``metadata`` of every write body (``changesets.provenance``); null means none."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        problem = provenance.metadata_problem(data)
+        if problem is None:
+            return data
+        if problem.too_large:
+            raise PayloadTooLarge(problem.message, pointer=f"/{self.field_name}")
+        raise FieldProblem([(problem.pointer, problem.message)])
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+def metadata_field() -> serializers.Field:
+    return MetadataField()
 
 
 NAMESPACE_SCHEMA: dict[str, Any] = {

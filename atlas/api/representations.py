@@ -46,8 +46,9 @@ def changeset_repr(
     ``ops`` are filtered to those namespaces here too, so a write response may
     pass every revision. ``op_count_visible`` defaults to the number of ops
     given after that filter: pass it when ``ops`` is one page of them.
-    ``op_count``, ``message`` and ``comment`` are absent, not null, for a
-    caller who cannot read every namespace the changeset touched (API.md
+    ``op_count``, ``message``, ``comment``, ``metadata`` and ``context`` are
+    absent, not null, for a caller who cannot read every namespace the
+    changeset touched, like the comment they sit beside (API.md
     "Limits and visibility"). ``paging`` adds ``ops_truncated`` (lists) or
     ``ops_next_page_token`` (one changeset) at the end.
     """
@@ -65,6 +66,7 @@ def changeset_repr(
     if sees_all:
         body["message"] = changeset.message
         body["comment"] = changeset.comment
+        body.update(provenance_repr(changeset))
     body["branch"] = changeset.branch
     body["rpc"] = changeset.rpc
     if sees_all:
@@ -75,6 +77,12 @@ def changeset_repr(
     body["ops"] = rendered
     body.update(paging)
     return body
+
+
+def provenance_repr(changeset: Changeset) -> dict[str, Any]:
+    """``metadata`` (``{}`` when the client sent none) and ``context`` (null on a
+    changeset written before provenance was recorded): the same two on every surface."""
+    return {"metadata": changeset.metadata or {}, "context": changeset.context}
 
 
 def revision_repr(
@@ -122,7 +130,38 @@ class ChangesetOpSerializer(serializers.Serializer):
     changed = serializers.ListField(child=serializers.CharField(), help_text=CHANGED_HELP)
 
 
-class ChangesetSerializer(serializers.Serializer):
+class ContextSerializer(serializers.Serializer):
+    request_id = serializers.CharField(required=False, help_text="X-Request-ID of the write")
+    ip = serializers.CharField(required=False, help_text="Client address (ATLAS_TRUSTED_PROXIES)")
+    user_agent = serializers.CharField(required=False, allow_blank=True)
+    auth = serializers.ChoiceField(choices=["token", "session", "system", "dev-header"])
+    token_id = serializers.IntegerField(
+        required=False, help_text="The ApiToken's id, never the key"
+    )
+
+
+# Adds the ``context`` member to a schema serializer: a class attribute of that name
+# would hide ``Serializer.context`` (DRF's serializer context). (A comment: serializer
+# docstrings become schema descriptions.)
+class WithContextField(serializers.Serializer):
+    context_help = "How the write arrived (API.md Provenance; null before it was recorded)"
+    context_required = True
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields["context"] = ContextSerializer(
+            required=self.context_required, allow_null=True, help_text=self.context_help
+        )
+        return fields
+
+
+class ChangesetSerializer(WithContextField):
+    context_help = (
+        "How the write arrived (null before provenance was recorded); absent unless you"
+        " can read every namespace it touched"
+    )
+    context_required = False
+
     id = serializers.UUIDField()
     seq = serializers.IntegerField()
     author = serializers.CharField()
@@ -134,6 +173,11 @@ class ChangesetSerializer(serializers.Serializer):
         allow_blank=True,
         required=False,
         help_text="Absent unless you can read every namespace it touched",
+    )
+    metadata = serializers.JSONField(
+        required=False,
+        help_text="The client's metadata ({} if none); absent unless you can read every"
+        " namespace it touched",
     )
     branch = serializers.CharField(allow_blank=True, help_text='"" is baseline')
     rpc = serializers.CharField()

@@ -14,7 +14,7 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from atlas.api import strict
-from atlas.api.inputs import comment_field
+from atlas.api.inputs import comment_field, metadata_field
 from atlas.api.render import rfc3339
 from atlas.api.representations import ChangesetSerializer
 from atlas.exceptions import ValidationFailed
@@ -168,10 +168,11 @@ class BranchListQuery(strict.Query):
         raise ValidationFailed(f"status must be one of {', '.join(STATUSES)}.", errors=errors)
 
 
-# ``{"dry_run"?, "comment"?}``; no body at all reads as ``{}``.
+# ``{"dry_run"?, "comment"?, "metadata"?}``; no body at all reads as ``{}``.
 class MergeBodySerializer(strict.Body):
     comment = comment_field()
     dry_run = strict.StrictBooleanField(required=False, default=False)
+    metadata = metadata_field()
 
 
 class MergeResponseSerializer(serializers.Serializer):

@@ -15,6 +15,7 @@ from atlas.api import paging, strict
 from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
 from atlas.api.openapi import IDEMPOTENCY_PARAM, PAGE_PARAMS, PROBLEM
+from atlas.api.provenance import request_context
 from atlas.api.representations import changeset_repr
 from atlas.exceptions import NotFound
 from branches import services
@@ -163,6 +164,8 @@ class BranchViewSet(viewsets.ViewSet):
             actor=actor(request),
             dry_run=body["dry_run"],
             comment=body.get("comment", ""),
+            metadata=body.get("metadata"),
+            context=request_context(request),
         )
         readable = access.readable_namespaces(request.user)
         changeset = result.changeset

@@ -8,6 +8,7 @@ shares the links and checks defined here.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +138,9 @@ def changeset_detail(model_admin: ModelAdmin, request: HttpRequest, object_id: s
         ],
         hidden_namespaces=hidden_namespaces,
         journal=journal_status(changeset),
+        metadata_json=json.dumps(changeset.metadata, indent=2, ensure_ascii=False)
+        if changeset.metadata
+        else "",
         page=page,
         ops=views,
         can_revert=can_revert(request, changeset),

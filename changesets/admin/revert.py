@@ -22,6 +22,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from atlas.admin_mixins import admin_user
+from atlas.api.provenance import request_context
 from atlas.exceptions import AtlasError
 from changesets.admin.diff import diff_images
 from changesets.admin.pages import (
@@ -210,6 +211,7 @@ def _confirm(
             actor=admin_user(request),
             changeset_id=str(changeset.id),
             comment=comment,
+            context=request_context(request),
         )
     except RevertConflict:
         messages.warning(

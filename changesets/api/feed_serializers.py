@@ -18,6 +18,7 @@ from rest_framework.fields import empty
 from atlas.api import strict
 from atlas.api.inputs import namespace_field
 from atlas.api.render import rfc3339
+from atlas.api.representations import WithContextField
 from changesets.models import Capture, Subscription
 from changesets.outbox import subscriptions as subs
 from changesets.selectors import feed
@@ -39,29 +40,32 @@ WatermarkSerializer = inline_serializer(
     },
 )
 
-FeedRecordSerializer = inline_serializer(
-    "FeedRecord",
-    {
-        "event_id": serializers.CharField(help_text="<changeset_id>:<ns>/<kind>/<slug>"),
-        "changeset_id": serializers.UUIDField(),
-        "seq": serializers.IntegerField(),
-        "at": serializers.DateTimeField(),
-        "author": serializers.CharField(),
-        "rpc": serializers.CharField(),
-        "op": serializers.ChoiceField(choices=["create", "update", "delete"]),
-        "namespace": serializers.CharField(),
-        "kind": serializers.CharField(),
-        "slug": serializers.CharField(),
-        "version": serializers.IntegerField(allow_null=True),
-        "changed": serializers.ListField(
-            child=serializers.CharField(),
-            help_text="RFC 6901 pointers of what changed (docs/history.md)",
-        ),
-        "new_values": serializers.DictField(required=False),
-        "new_row": serializers.DictField(required=False, allow_null=True),
-        "old_values": serializers.DictField(required=False),
-    },
-)
+
+# One feed record (changesets.selectors.feed); the base adds ``context``.
+@extend_schema_serializer(component_name="FeedRecord")
+class FeedRecordSchema(WithContextField):
+    event_id = serializers.CharField(help_text="<changeset_id>:<ns>/<kind>/<slug>")
+    changeset_id = serializers.UUIDField()
+    seq = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    author = serializers.CharField()
+    rpc = serializers.CharField()
+    op = serializers.ChoiceField(choices=["create", "update", "delete"])
+    namespace = serializers.CharField()
+    kind = serializers.CharField()
+    slug = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    changed = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="RFC 6901 pointers of what changed (docs/history.md)",
+    )
+    metadata = serializers.DictField(help_text="The changeset's client metadata ({})")
+    new_values = serializers.DictField(required=False)
+    new_row = serializers.DictField(required=False, allow_null=True)
+    old_values = serializers.DictField(required=False)
+
+
+FeedRecordSerializer = FeedRecordSchema()
 
 
 @extend_schema_serializer(many=False)

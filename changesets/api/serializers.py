@@ -11,7 +11,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from atlas.api import strict
-from atlas.api.inputs import comment_field
+from atlas.api.inputs import comment_field, metadata_field
 from atlas.api.representations import ChangesetSerializer
 
 
@@ -39,6 +39,7 @@ class RevertBodySerializer(strict.Body):
     first = ()  # errors in declaration order, as this endpoint always answered
     dry_run = strict.StrictBooleanField(required=False, default=False)
     comment = comment_field()
+    metadata = metadata_field()
 
 
 class ImportQuerySerializer(strict.Query):

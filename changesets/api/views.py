@@ -32,6 +32,7 @@ from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
 from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PAGE_PARAMS, PROBLEM
 from atlas.api.parsers import read_limited
+from atlas.api.provenance import request_context
 from atlas.api.render import rfc3339
 from atlas.exceptions import NotFound, UnsupportedMediaType
 from changesets import ndjson
@@ -233,6 +234,8 @@ class ChangesetViewSet(viewsets.ViewSet):
             changeset=changeset,
             dry_run=body["dry_run"],
             comment=body.get("comment", ""),
+            metadata=body.get("metadata"),
+            context=request_context(request),
         )
         return self._planned(request, result, body["dry_run"])
 
@@ -284,7 +287,11 @@ class ChangesetViewSet(viewsets.ViewSet):
         body = request.data if isinstance(request.data, bytes | str) else b""
         document = ndjson.parse(body)
         result = changeset_import(
-            store=store, actor=actor(request), document=document, dry_run=dry_run
+            store=store,
+            actor=actor(request),
+            document=document,
+            dry_run=dry_run,
+            context=request_context(request),
         )
         return self._planned(request, result, dry_run)
 

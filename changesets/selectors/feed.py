@@ -51,6 +51,8 @@ _RECORD_FIELDS = (
     "at_micros",
     "changeset__author_name",
     "changeset__rpc",
+    "changeset__metadata",
+    "changeset__context",
 )
 
 
@@ -128,6 +130,8 @@ def _record(row: dict[str, Any], capture: str) -> dict[str, Any]:
         "slug": slug,
         "version": row["after_version"],
         "changed": row["changed"],
+        "metadata": row["changeset__metadata"] or {},
+        "context": row["changeset__context"],
     }
     if capture == Capture.NEW_ROW:
         record["new_row"] = row["after"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import uuid6
@@ -22,7 +23,6 @@ from django.utils import timezone
 
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
-from changesets import chain
 from changesets.exceptions import TooManyOps
 from changesets.hooks import run_write_hooks
 from changesets.models import BASELINE, Changeset, LogHead, Rpc
@@ -39,6 +39,8 @@ MAX_ATTEMPTS = 5
 RETRYABLE_SQLSTATES = {"40P01", "40001"}
 
 Planner = Callable[[Mapping[EntityKey, StoredEntity]], Sequence[WriteOp]]
+# (metadata, context): carried unread from changeset_apply to the changeset row.
+Provenance = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]
 
 
 def check_op_limit(count: int, *, what: str = "") -> None:
@@ -59,7 +61,6 @@ def check_op_limit(count: int, *, what: str = "") -> None:
         raise TooManyOps(count, limit, what=what)
 
 
-# Past a screen by its docstring only: the numbered "why" is the write path's contract.
 def changeset_apply(
     *,
     store: EntityStore,
@@ -71,6 +72,8 @@ def changeset_apply(
     check_permissions: bool = True,
     plan: Planner | None = None,
     keys: Sequence[EntityKey] = (),
+    metadata: Mapping[str, Any] | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> ApplyResult:
     """Apply ``ops`` in order as one changeset on ``store``, in one transaction.
 
@@ -92,16 +95,10 @@ def changeset_apply(
        then draws ``seq`` by updating the one-row log head, whose lock is
        held to commit, so seq order is commit order (invariant 6); the same
        update computes the chain hash (``changesets.chain``), and the
-       statement inserts the changeset, its revisions and its journal entry.
-       Every store's writes ride in it (``EntityStore.write_sql``). The write
-       hooks (``changesets.hooks``) run after it, still inside the transaction.
-
-    A create that loses a race to a concurrent create, or a deadlock, rolls
-    the attempt back and retries it whole: the retry sees the winner's row
-    and judges its preconditions against it.
-
-    More than ``ATLAS_MAX_BATCH_OPS`` ops (:func:`check_op_limit`) is refused
-    before anything is locked; a plan's ops are counted when it returns.
+       statement inserts the changeset (with ``metadata`` and ``context``:
+       ``changesets.provenance``; no context is a system write), its revisions
+       and its journal entry. Every store's writes ride in it
+       (``EntityStore.write_sql``). The write hooks run after it, in the transaction.
     """
     if plan is None:
         check_op_limit(len(ops))
@@ -118,6 +115,7 @@ def changeset_apply(
                     comment=comment,
                     dry_run=dry_run,
                     check_permissions=check_permissions,
+                    provenance=(metadata, context),
                 )
         except (KeyRaced, _HeadMissing, OperationalError) as exc:
             if not _worth_retrying(exc) or attempt == MAX_ATTEMPTS:
@@ -127,7 +125,8 @@ def changeset_apply(
 
 def _worth_retrying(exc: Exception) -> bool:
     """A lost create race, a deadlock or serialization failure: the whole write
-    again. A missing log head: recreate it first (the migration creates the row;
+    again; the retry sees the winner's row and judges its preconditions against
+    it. A missing log head: recreate it first (the migration creates the row;
     a transactional test's flush removes it)."""
     if isinstance(exc, _HeadMissing):
         LogHead.objects.get_or_create(id=1)
@@ -148,6 +147,8 @@ def changeset_apply_planned(
     comment: str = "",
     dry_run: bool = False,
     check_permissions: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> PlannedResult:
     """:func:`changeset_apply` with ``plan``, reporting the ops the plan chose."""
     planned: list[WriteOp] = []
@@ -165,6 +166,8 @@ def changeset_apply_planned(
         keys=keys,
         plan=recording,
         check_permissions=check_permissions,
+        metadata=metadata,
+        context=context,
     )
     return PlannedResult(result.changeset, [op_repr(op) for op in planned], dry_run, result)
 
@@ -180,6 +183,7 @@ def _apply_once(
     comment: str,
     dry_run: bool,
     check_permissions: bool,
+    provenance: Provenance,
 ) -> ApplyResult:
     """One attempt of :func:`changeset_apply`, inside its transaction, step by step."""
     branch = store.branch
@@ -198,7 +202,7 @@ def _apply_once(
     changed: list[list[str]] = []
     if folded.changes and not dry_run:  # 3: otherwise no changeset
         changeset, now, changed = _record(
-            store=store, actor=actor, rpc=rpc, comment=comment, folded=folded
+            store=store, actor=actor, rpc=rpc, comment=comment, folded=folded, provenance=provenance
         )
     return ApplyResult(
         changeset=changeset,
@@ -264,7 +268,13 @@ def _planned_ops(
 
 
 def _record(
-    *, store: EntityStore, actor: User, rpc: str, comment: str, folded: Folded
+    *,
+    store: EntityStore,
+    actor: User,
+    rpc: str,
+    comment: str,
+    folded: Folded,
+    provenance: Provenance,
 ) -> tuple[Changeset, datetime, list[list[str]]]:
     """Step 4: the store's rows and the log in one statement, then the write hooks.
     Returns it, its clock reading and its revisions' changed keys (in change order)."""
@@ -278,14 +288,22 @@ def _record(
         updates=folded.updates,
         deletes=folded.deletes,
     )
+    metadata, context = provenance
     changeset = log_statement.new_changeset(
-        changeset_id, actor=actor, rpc=rpc, comment=comment, branch=branch, changes=changes
+        changeset_id,
+        actor=actor,
+        rpc=rpc,
+        comment=comment,
+        branch=branch,
+        changes=changes,
+        metadata=metadata,
+        context=context,
     )
     changed = _write_log(
         changeset,
         changes,
         now=now,
-        revisions_hex=_revisions_digest(changes, branch),
+        revisions_hex=log_statement.revisions_digest(changes, branch),
         journal=branch == BASELINE,
         entity_sql=entity_sql,
     )
@@ -294,24 +312,6 @@ def _record(
     # Post-commit work needs nothing from here: the journal row (_write_log) notifies
     # the relay at COMMIT (changesets.outbox.relay).
     return changeset, now, changed
-
-
-def _revisions_digest(changes: Sequence[NetChange], branch: str) -> str:
-    """The chain's digest of the revision rows, from the canonical texts already made."""
-    return chain.digest_lines(
-        chain.revision_line(
-            namespace=c.key.namespace,
-            kind=c.key.kind,
-            slug=c.key.slug,
-            op=c.op,
-            before_text=c.before_text,
-            after_text=c.after_text,
-            before_version=c.before_version,
-            after_version=c.after_version,
-            branch=branch,
-        )
-        for c in changes
-    )
 
 
 def log_clock() -> datetime:

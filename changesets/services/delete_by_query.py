@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -31,6 +33,8 @@ def entities_delete_by_query(
     slug_prefix: str | None = None,
     comment: str = "",
     dry_run: bool = False,
+    metadata: Mapping[str, Any] | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> DeleteByQueryResult:
     """Delete what matches ``namespace`` (and ``kind``, ``slug_prefix``) on ``store``.
 
@@ -68,6 +72,8 @@ def entities_delete_by_query(
         rpc=Rpc.DELETE_BY_QUERY,
         comment=comment,
         dry_run=dry_run,
+        metadata=metadata,
+        context=context,
     )
     deleted = sum(1 for r in result.results if r.status == "deleted")
     return DeleteByQueryResult(applied=result, deleted=deleted)

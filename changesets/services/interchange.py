@@ -27,6 +27,7 @@ def changeset_import(
     dry_run: bool = False,
     comment: str | None = None,
     check_permissions: bool = True,
+    context: Mapping[str, Any] | None = None,
 ) -> PlannedResult:
     """Apply a parsed file as one new changeset (rpc ``ImportChangeset``).
 
@@ -37,6 +38,10 @@ def changeset_import(
 
     A file of more than ``ATLAS_MAX_BATCH_OPS`` ops is refused (413) before
     any row is locked: the plan makes one op per line.
+
+    The envelope's ``metadata`` becomes the new changeset's; its ``context``
+    (how the exported changeset was written) does not: the import records its
+    own (``context``, the importing request's; none: a system write).
     """
     check_op_limit(len(document.ops))
     keys = list(dict.fromkeys(op.key for op in document.ops))
@@ -53,6 +58,8 @@ def changeset_import(
         keys=keys,
         plan=plan,
         check_permissions=check_permissions,
+        metadata=document.envelope.get("metadata"),
+        context=context,
     )
 
 

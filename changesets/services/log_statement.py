@@ -25,7 +25,7 @@ Raw SQL buys the write's single round trip for rows and log (measured in
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -33,7 +33,7 @@ from uuid import UUID
 from django.contrib.auth.models import User
 from django.db import connection
 
-from changesets import chain
+from changesets import chain, provenance
 from changesets.models import Changeset
 from changesets.services.netchange import NetChange
 from entities.store import WriteSql, json_array
@@ -49,10 +49,11 @@ _PREV = f"COALESCE(NULLIF(hash, ''), '{chain.GENESIS}')"
 
 _CHANGESET = (
     " c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
-    " message, comment, branch, rpc, op_count, namespaces, prev_hash, hash)"
+    " message, comment, branch, rpc, op_count, namespaces, prev_hash, hash, metadata, context)"
     " SELECT %(id)s::uuid, h.seq, %(author)s::int, %(author_name)s::text, h.at,"
     " %(message)s::text, %(comment)s::text, %(branch)s::text, %(rpc)s::text,"
-    " %(op_count)s::int, %(namespaces)s::varchar[], h.prev_hash, h.hash FROM h),"
+    " %(op_count)s::int, %(namespaces)s::varchar[], h.prev_hash, h.hash,"
+    " %(metadata)s::jsonb, %(context)s::jsonb FROM h),"
 )
 _JOURNAL = (
     " j AS (INSERT INTO changesets_journalentry (changeset_id, seq, phase, created_at,"
@@ -141,12 +142,33 @@ def params(
             "rpc": cs.rpc,
             "op_count": cs.op_count,
             "namespaces": cs.namespaces,
+            # The texts the header hashed (chain.header_middle), so the row holds them.
+            "metadata": provenance.as_text(cs.metadata),
+            "context": provenance.as_text(cs.context),
             "rows": _rows(changes),
             "befores": json_array(c.before_text for c in changes),
             "afters": json_array(c.after_text for c in changes),
         }
     )
     return out
+
+
+def revisions_digest(changes: Sequence[NetChange], branch: str) -> str:
+    """The chain's digest of the revision rows, from the canonical texts already made."""
+    return chain.digest_lines(
+        chain.revision_line(
+            namespace=c.key.namespace,
+            kind=c.key.kind,
+            slug=c.key.slug,
+            op=c.op,
+            before_text=c.before_text,
+            after_text=c.after_text,
+            before_version=c.before_version,
+            after_version=c.after_version,
+            branch=branch,
+        )
+        for c in changes
+    )
 
 
 def new_changeset(
@@ -157,6 +179,8 @@ def new_changeset(
     comment: str,
     branch: str,
     changes: Sequence[NetChange],
+    metadata: Mapping[str, Any] | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> Changeset:
     """The changeset row the log statement inserts, as a saved instance, unread.
 
@@ -181,6 +205,8 @@ def new_changeset(
         "namespaces": sorted({c.key.namespace for c in changes}),
         "prev_hash": "",
         "hash": "",
+        "metadata": provenance.stored_metadata(metadata),
+        "context": provenance.stored_context(context),
     }
     names = [f.attname for f in Changeset._meta.concrete_fields]
     changeset = Changeset.from_db(connection.alias, names, [values[n] for n in names])

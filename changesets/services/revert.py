@@ -63,6 +63,8 @@ def changeset_revert(
     changeset: Changeset | None = None,
     dry_run: bool = False,
     comment: str = "",
+    metadata: Mapping[str, Any] | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> PlannedResult:
     """Write the inverse of a changeset as one new changeset (rpc ``RevertChangeset``).
 
@@ -96,6 +98,8 @@ def changeset_revert(
         dry_run=dry_run,
         keys=keys,
         plan=plan,
+        metadata=metadata,
+        context=context,
     )
 
 

@@ -28,6 +28,7 @@ from atlas.api.inputs import (
     check_fields,
     comment_field,
     kind_field,
+    metadata_field,
     namespace_field,
     slug_field,
 )
@@ -186,9 +187,10 @@ class BatchBodySerializer(strict.Body):
     ops = OpsField()
     comment = comment_field()
     dry_run = strict.StrictBooleanField(required=False, default=False)
+    metadata = metadata_field()
 
 
-def parse_batch(data: Any) -> tuple[list[WriteOp], str, bool]:
-    """Validate a ``POST /batch`` body into ops, comment and dry_run."""
+def parse_batch(data: Any) -> tuple[list[WriteOp], str, bool, dict[str, Any] | None]:
+    """Validate a ``POST /batch`` body into ops, comment, dry_run and metadata."""
     body = strict.validated(BatchBodySerializer, data)
-    return body.get("ops", []), body.get("comment") or "", body["dry_run"]
+    return body.get("ops", []), body.get("comment") or "", body["dry_run"], body.get("metadata")

@@ -16,6 +16,7 @@ from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
 from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PROBLEM
+from atlas.api.provenance import request_context
 from atlas.api.representations import ChangesetSerializer
 from atlas.api.viewsets import ViewSet
 from changesets.models import Rpc
@@ -59,7 +60,7 @@ class BatchViewSet(ViewSet):
     @idempotent
     def create(self, request: Request) -> Response:
         store = store_for(request)
-        ops, comment, dry_run = parse_batch(request.data)
+        ops, comment, dry_run, metadata = parse_batch(request.data)
         result = changeset_apply(
             store=store,
             actor=actor(request),
@@ -67,6 +68,8 @@ class BatchViewSet(ViewSet):
             rpc=Rpc.BATCH_MUTATE,
             comment=comment,
             dry_run=dry_run,
+            metadata=metadata,
+            context=request_context(request),
         )
         return Response(
             {
@@ -111,6 +114,8 @@ class DeleteByQueryViewSet(ViewSet):
             slug_prefix=query.get("slug_prefix"),
             comment=query.get("comment") or "",
             dry_run=query["dry_run"],
+            metadata=query.get("metadata"),
+            context=request_context(request),
         )
         return Response(
             {

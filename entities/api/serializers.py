@@ -21,6 +21,7 @@ from atlas.api.inputs import (
     PrefixField,
     comment_field,
     kind_field,
+    metadata_field,
     namespace_field,
     prefix_error,
 )
@@ -62,16 +63,19 @@ class EntityPageSerializer(serializers.Serializer):
 class PutBodySerializer(strict.Body):
     content = ContentField(help_text="A JSON object (no U+0000, ≤ 64 levels)")
     comment = comment_field()
+    metadata = metadata_field()
 
 
 class PatchBodySerializer(strict.Body):
     patch = ContentField(patch=True, help_text="RFC 7396 merge patch of content (an object)")
     comment = comment_field()
+    metadata = metadata_field()
 
 
-# DELETE may carry ``{"comment"}``; no body at all is fine too.
+# DELETE may carry ``{"comment", "metadata"}``; no body at all is fine too.
 class DeleteBodySerializer(strict.Body):
     comment = comment_field()
+    metadata = metadata_field()
 
 
 class DeleteByQueryBodySerializer(strict.Body):
@@ -80,6 +84,7 @@ class DeleteByQueryBodySerializer(strict.Body):
     slug_prefix = PrefixField()
     dry_run = strict.StrictBooleanField(required=False, default=False)
     comment = comment_field()
+    metadata = metadata_field()
 
 
 def _is_prefix(value: str) -> bool:

@@ -38,6 +38,7 @@ from atlas.api.openapi import (
     PAGE_PARAMS,
     PROBLEM,
 )
+from atlas.api.provenance import request_context
 from atlas.api.representations import (
     ChangesetSerializer,
     changeset_repr,
@@ -199,6 +200,8 @@ class EntityViewSet(HistoryActions, ViewSet):
             ops=[op],
             rpc=Rpc.PUT_ENTITY,
             comment=body.get("comment") or "",
+            metadata=body.get("metadata"),
+            context=request_context(request),
         )
         return write_response(result, key)
 
@@ -221,6 +224,8 @@ class EntityViewSet(HistoryActions, ViewSet):
             ops=[op],
             rpc=Rpc.PATCH_ENTITY,
             comment=body.get("comment") or "",
+            metadata=body.get("metadata"),
+            context=request_context(request),
         )
         return write_response(result, key)
 
@@ -243,5 +248,7 @@ class EntityViewSet(HistoryActions, ViewSet):
             ops=[op],
             rpc=Rpc.DELETE_ENTITY,
             comment=body.get("comment") or "",
+            metadata=body.get("metadata"),
+            context=request_context(request),
         )
         return write_response(result, key)

@@ -25,6 +25,8 @@ CHANGESET_FIELDS = {
     "at",
     "message",
     "comment",
+    "metadata",
+    "context",
     "branch",
     "rpc",
     "op_count",

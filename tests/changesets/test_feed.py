@@ -34,6 +34,8 @@ RECORD_FIELDS = {
     "slug",
     "version",
     "changed",
+    "metadata",
+    "context",
 }
 
 

@@ -155,7 +155,7 @@ def test_export_format(api, staff, namespace, write):
     assert str(cs.id) in response["Content-Disposition"]
     text = export_text(response)
     rows = parsed_lines(text)
-    assert list(rows[0]) == ENVELOPE_KEYS
+    assert list(rows[0]) == [*ENVELOPE_KEYS, "metadata", "context"]
     assert rows[0] == {
         "schema_version": 2,
         "changeset_id": str(cs.id),
@@ -164,6 +164,8 @@ def test_export_format(api, staff, namespace, write):
         "rpc": "BatchMutate",
         "branch": "",
         "comment": "export me",
+        "metadata": {},
+        "context": {"auth": "system"},
     }
     assert type(rows[0]["schema_version"]) is int
     assert rows[0]["at"] == api.get(f"{API}/changesets/{cs.id}").json()["at"]

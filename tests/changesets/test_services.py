@@ -22,6 +22,7 @@ from atlas.exceptions import (
     PermissionDenied,
     PreconditionFailed,
 )
+from changesets import chain
 from changesets.hooks import in_write_transaction
 from changesets.models import (
     AppendOnlyError,
@@ -248,9 +249,7 @@ def test_a_failure_after_entity_writes_rolls_the_entity_rows_back(
     if fail_at == "in-log-statement":
         # PostgreSQL fails while computing the chain hash: the entity CTEs have run
         # (the head's update reads their counts first) and must be rolled back.
-        monkeypatch.setattr(
-            services.chain, "hash_sql", lambda **kw: "('injected failure' || 1)::int::text"
-        )
+        monkeypatch.setattr(chain, "hash_sql", lambda **kw: "('injected failure' || 1)::int::text")
 
     with (
         pytest.raises((RuntimeError, DatabaseError), match="injected"),
