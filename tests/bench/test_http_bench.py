@@ -19,6 +19,7 @@ from types import ModuleType
 
 import psutil
 import pytest
+from psycopg.conninfo import make_conninfo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -212,12 +213,16 @@ def test_postgres_cpu_counts_the_benchmark_database_once_and_other_databases_apa
     pg = cpu_mod.PostgresCpu.of_django_connection()
     assert pg is not None, "PostgreSQL runs on this machine in the test setup"
     try:
-        s = connection.settings_dict
-        base = f"host={s['HOST'] or '127.0.0.1'} port={s['PORT'] or 5432} user={s['USER']}"
-        base += f" password={s['PASSWORD']}" if s["PASSWORD"] else ""
+        # Where the test database really is (a TCP server, or the embedded one's socket
+        # directory when DATABASE_URL is unset), as the live connection reports it.
+        connection.ensure_connection()
+        info = connection.connection.info
+        base = make_conninfo(host=info.host, port=info.port, user=info.user)
+        if info.password:
+            base = make_conninfo(base, password=info.password)
         before = pg.totals()
-        ours = _burn(f"{base} dbname={s['NAME']}", pg)
-        other = _burn(f"{base} dbname=postgres", pg)
+        ours = _burn(make_conninfo(base, dbname=info.dbname), pg)
+        other = _burn(make_conninfo(base, dbname="postgres"), pg)
         time.sleep(0.6)  # both sessions are gone, the postmaster has reaped them
         spent = {k: pg.totals()[k] - before[k] for k in before}
     finally:
