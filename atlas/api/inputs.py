@@ -11,6 +11,7 @@ hand-written path shares. Apps' APIs import these from here, never from each oth
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
@@ -190,13 +191,11 @@ class ChoiceOf(NullChecked, serializers.ChoiceField):
         return self.choice_strings_to_values[data]
 
 
-@extend_schema_field({"type": "object", "additionalProperties": {}})
-class ContentField(NullChecked, serializers.Field):
-    """An entity's content, by the one content rule (``entities.validation``)."""
+class ProblemCheckedField(serializers.Field):
+    """A JSON value judged by one ``*_problem`` rule (``self.problem``): 413 at the
+    field when it is too large, else 422 at the pointer the rule names."""
 
-    def __init__(self, *, patch: bool = False, **kwargs: Any) -> None:
-        self.problem = v.patch_problem if patch else v.content_problem
-        super().__init__(**kwargs)
+    problem: Callable[[Any], Any]
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         problem = self.problem(data)
@@ -210,6 +209,15 @@ class ContentField(NullChecked, serializers.Field):
         return value
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class ContentField(NullChecked, ProblemCheckedField):
+    """An entity's content, by the one content rule (``entities.validation``)."""
+
+    def __init__(self, *, patch: bool = False, **kwargs: Any) -> None:
+        self.problem = v.patch_problem if patch else v.content_problem
+        super().__init__(**kwargs)
+
+
 @extend_schema_field(
     {
         "type": "object",
@@ -219,24 +227,14 @@ class ContentField(NullChecked, serializers.Field):
         f" of at most {provenance.MAX_METADATA_BYTES} bytes as compact JSON (413 over it).",
     }
 )
-class MetadataField(serializers.Field):
+class MetadataField(ProblemCheckedField):
     """``metadata`` of every write body (``changesets.provenance``); null means none."""
 
     def __init__(self, **kwargs: Any) -> None:
+        self.problem = provenance.metadata_problem
         kwargs.setdefault("required", False)
         kwargs.setdefault("allow_null", True)
         super().__init__(**kwargs)
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        problem = provenance.metadata_problem(data)
-        if problem is None:
-            return data
-        if problem.too_large:
-            raise PayloadTooLarge(problem.message, pointer=f"/{self.field_name}")
-        raise FieldProblem([(problem.pointer, problem.message)])
-
-    def to_representation(self, value: Any) -> Any:
-        return value
 
 
 def metadata_field() -> serializers.Field:
