@@ -64,10 +64,7 @@ def subscription_pump(
             # The row is released now. A wake that came while we held it was
             # turned away as "busy": look again so its changeset is not left
             # waiting for the beat.
-            subscription = Subscription.objects.filter(pk=subscription_id).first()
-            if subscription is not None and feed.has_records_after(
-                after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
-            ):
+            if _behind(Subscription.objects.filter(pk=subscription_id).first()):
                 continue
             return "idle"
         if step.outcome == "narrowed":
@@ -75,6 +72,13 @@ def subscription_pump(
         if step.outcome == "failed" and step.retry_in is not None:
             enqueue_pump(subscription_id, countdown=step.retry_in)
         return step.outcome
+
+
+def _behind(subscription: Subscription | None) -> bool:
+    """Whether the feed holds records past the subscription's cursor (in its namespaces)."""
+    return subscription is not None and feed.has_records_after(
+        after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
+    )
 
 
 def _coalesce(subscription_id: str, *, since: float) -> None:
@@ -98,9 +102,7 @@ def _coalesce(subscription_id: str, *, since: float) -> None:
             .only("cursor_seq", "namespaces")
             .first()
         )
-        if subscription is not None and feed.has_records_after(
-            after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
-        ):
+        if _behind(subscription):
             time.sleep(pause)
 
 
@@ -163,9 +165,7 @@ def wake_due_subscriptions() -> int:
         f"SELECT s.id, s.cursor_seq, s.namespaces FROM changesets_subscription s WHERE {DUE}"
     )
     for subscription in due:
-        if feed.has_records_after(
-            after_seq=subscription.cursor_seq, namespaces=subscription.namespaces or None
-        ):
+        if _behind(subscription):
             enqueue_pump(str(subscription.id))
             woken += 1
     return woken
