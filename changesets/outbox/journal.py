@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -280,7 +280,3 @@ def journal_sweep(*, older_than_seconds: float, limit: int = 1000) -> SweepResul
     if ids:
         logger.info("journal sweep: %s", result.as_dict())
     return result
-
-
-def entry_age(entry: JournalEntry, now: datetime | None = None) -> timedelta:
-    return (now or timezone.now()) - entry.created_at
