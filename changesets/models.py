@@ -27,6 +27,10 @@ class Rpc(models.TextChoices):
     REVERT_CHANGESET = "RevertChangeset"
     MERGE_BRANCH = "MergeBranch"
     IMPORT_CHANGESET = "ImportChangeset"
+    ERASE_ENTITY = "EraseEntity"
+    RESTORE_ENTITY = "RestoreEntity"
+    RESTORE_SCOPE = "RestoreScope"
+    SYNC_BRANCH = "SyncBranch"
 
 
 class Op(models.TextChoices):
