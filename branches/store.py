@@ -36,6 +36,7 @@ from entities.store import (
     StoredEntity,
     WriteSql,
     contents_json,
+    counted,
     entity_filters,
     guard_allows,
     namespaces_of,
@@ -117,9 +118,10 @@ def require_open(name: str, status: str) -> None:
 
 
 # Raw SQL buys one statement for the overlay rows and baseline's share-locked rows.
+# The keys are ``counted`` so the planner probes the entity index per key.
 _LOCK_VIEW = (
-    "WITH k AS (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
-    "  FROM jsonb_array_elements(%s::jsonb) v),"
+    "WITH k AS (SELECT j.v->>0 AS ns, j.v->>1 AS kind, j.v->>2 AS slug"
+    "  FROM {keys} j),"
     " b AS (SELECT e.namespace_id, e.kind, e.slug, e.content, e.version, e.created_at,"
     "  e.updated_at, e.changeset_id FROM entities_entity e"
     "  JOIN k ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
@@ -258,7 +260,8 @@ class BranchStore:
         if not keys:
             return Locked({}, existing)
         with connection.cursor() as cursor:
-            cursor.execute(_LOCK_VIEW, [_keys_json(keys), self.branch_id])
+            keyset = counted("jsonb_array_elements(%s::jsonb) AS j(v)", len(keys))
+            cursor.execute(_LOCK_VIEW.format(keys=keyset), [_keys_json(keys), self.branch_id])
             rows = cursor.fetchall()
         view: dict[EntityKey, StoredEntity] = {}
         for row in rows:
