@@ -128,8 +128,17 @@ class Revision(AppendOnlyModel):
     """
 
     # No index of its own: revision_one_per_entity_changeset leads with it.
+    # No database foreign key (``db_constraint=False``), here and on the journal
+    # entry: the log statement inserts the changeset and its rows together, and
+    # the append-only guard refuses deleting a changeset, so the constraint could
+    # never fire; its check ran at COMMIT, inside the log head's lock, once per
+    # revision and once for the journal entry (a row lock with its WAL record each).
     changeset = models.ForeignKey(
-        Changeset, on_delete=models.DO_NOTHING, related_name="revisions", db_index=False
+        Changeset,
+        on_delete=models.DO_NOTHING,
+        related_name="revisions",
+        db_index=False,
+        db_constraint=False,
     )
     seq = models.BigIntegerField()
     branch = models.CharField(max_length=63, blank=True, default=BASELINE)
@@ -220,7 +229,11 @@ class JournalEntry(models.Model):
     """Post-commit work still owed for one baseline changeset (fan-out, hooks)."""
 
     changeset = models.OneToOneField(
-        Changeset, primary_key=True, on_delete=models.DO_NOTHING, related_name="journal"
+        Changeset,
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        related_name="journal",
+        db_constraint=False,  # see Revision.changeset
     )
     phase = models.CharField(
         max_length=10, choices=JournalPhase.choices, default=JournalPhase.COMMITTED
