@@ -322,6 +322,11 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".atlas" / "celerybeat-schedule")
+# Celery's Django fixup closes every database connection after every task unless this
+# is set (it then closes them every 2 × this many tasks): a new PostgreSQL session per
+# pump or sweep task. Connections follow Django's CONN_MAX_AGE instead, applied around
+# each task by atlas.celery.apply_django_connection_rule.
+CELERY_DB_REUSE_MAX = 2**31
 
 
 def env_float(name: str, default: float) -> float:
