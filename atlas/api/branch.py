@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from rest_framework.request import Request
 
+from atlas.api.auth import actor
 from atlas.exceptions import NotFound
 from branches.selectors import branch_get
 from branches.store import BranchStore
@@ -32,7 +33,7 @@ def store_for(request: Request) -> EntityStore:
     every write path (entity writes, batch, delete-by-query, revert, import)
     obeys the same rule under the branch row lock.
     """
-    return store_named(branch_name(request), user=request.user)
+    return store_named(branch_name(request), user=actor(request))
 
 
 def store_named(name: str, *, user: User) -> EntityStore:

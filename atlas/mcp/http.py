@@ -24,6 +24,7 @@ SDK's transport is an ASGI application. This view bridges one request:
 from __future__ import annotations
 
 import json
+from collections.abc import MutableMapping
 from functools import cache
 from typing import Any
 
@@ -36,7 +37,6 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from rest_framework.authentication import get_authorization_header
 
 from atlas.api.errors import PROBLEM_JSON
 from atlas.exceptions import AtlasError, BadRequest, NotAuthenticated, NotFound, PayloadTooLarge
@@ -64,7 +64,8 @@ def _problem(error: AtlasError, request: HttpRequest) -> JsonResponse:
 
 
 def _key(request: HttpRequest) -> str:
-    parts = get_authorization_header(request).split()
+    raw = request.META.get("HTTP_AUTHORIZATION", "")
+    parts = (raw.encode("latin-1") if isinstance(raw, str) else raw).split()
     if len(parts) != 2 or parts[0].lower() != b"token":
         raise NotAuthenticated(MSG_NO_TOKEN)
     try:
@@ -152,7 +153,7 @@ async def _serve(
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         nonlocal status, headers
         if message["type"] == "http.response.start":
             status, headers = message["status"], list(message.get("headers", []))
