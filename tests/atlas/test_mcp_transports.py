@@ -8,10 +8,13 @@ database. Both need committed data (``transaction=True``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from atlas.services import api_token_create
 from changesets.models import Changeset
+from tests.atlas.test_gunicorn import CONFIG, free_port
 
 NS = "acme.orders"
 HIDDEN = "acme.secret"
@@ -88,11 +92,15 @@ def _assert_agent_run(run: dict[str, Any], client: str) -> None:
 
 
 def _http(live_server: Any, key: str, client: str, work: Any) -> Any:
+    return _http_at(f"{live_server.url}/mcp", key, client, work)
+
+
+def _http_at(url: str, key: str, client: str, work: Any) -> Any:
     async def go() -> Any:
         headers = {"Authorization": f"Token {key}"}
         async with (
             httpx.AsyncClient(headers=headers, timeout=30) as http,
-            streamable_http_client(f"{live_server.url}/mcp", http_client=http) as (read, write, _),
+            streamable_http_client(url, http_client=http) as (read, write, _),
             ClientSession(
                 read, write, client_info=types.Implementation(name=client, version="1")
             ) as session,
@@ -155,6 +163,47 @@ def test_streamable_http_refuses_without_a_token_or_a_session(live_server, peopl
     assert httpx.post(url, json=call, headers=rita).status_code == 404  # alice's session
     listed = httpx.post(url, json=call, headers={**headers, "Mcp-Session-Id": session})
     assert listed.status_code == 200 and len(listed.json()["result"]["tools"]) == 9
+
+
+@pytest.mark.django_db(transaction=True)
+def test_streamable_http_under_gunicorn_as_deployed(people):
+    """The production server (atlas/deploy/gunicorn.conf.py, atlas.wsgi, two workers):
+    stateless, so any worker answers any request of a session."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DEBUG": "0",
+        "SECRET_KEY": "atlas-mcp-gunicorn-test-secret",
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "DATABASE_URL": _database_url(),
+    }
+    argv = [sys.executable, "-m", "gunicorn", "-c", CONFIG, "atlas.wsgi"]
+    argv += ["--bind", f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning"]
+    process = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        run = _http_at(
+            f"http://127.0.0.1:{port}/mcp", people["alice"], "gunicorn-agent", _agent_run
+        )
+        _assert_agent_run(run, "gunicorn-agent")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(20)
 
 
 # --- stdio: manage.py mcp ------------------------------------------------------------
