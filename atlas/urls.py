@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from atlas import health
 from atlas.api import errors
+from atlas.mcp.http import mcp_endpoint
 
 api_v1 = [
     path("", include("entities.api.urls")),
@@ -21,6 +22,8 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
+    # The MCP server's streamable HTTP transport (atlas/mcp/http.py, docs/mcp.md).
+    path("mcp", mcp_endpoint, name="mcp"),
     path("admin/", admin.site.urls),
 ]
 

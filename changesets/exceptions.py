@@ -15,6 +15,16 @@ class ImportConflict(Conflict):
     type, title = "import-conflict", "The changeset cannot be imported"
 
 
+class PlanChanged(Conflict):
+    """A confirmed write would record something other than the plan it confirms (409).
+
+    Raised by the write service under its row locks (``expect_plan``), so
+    nothing is written: the caller dry-runs again and looks at the new plan.
+    """
+
+    type, title = "plan-changed", "The plan changed since the dry run"
+
+
 class NdjsonError(BadRequest):
     type, title = "invalid-ndjson", "Invalid changeset file"
 

@@ -29,6 +29,9 @@ MSG_METADATA_TEXT = "Strings may not hold U+0000 or unpaired surrogates; nesting
 SYSTEM_CONTEXT: dict[str, Any] = {"auth": "system"}
 
 AUTH_TOKEN, AUTH_SESSION, AUTH_SYSTEM = "token", "session", "system"
+# A write made through the MCP server (``atlas.mcp``), as the token's user, on behalf of
+# the MCP client that ``context.client`` names.
+AUTH_MCP = "mcp"
 
 
 @dataclass(frozen=True)

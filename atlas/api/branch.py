@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
 from rest_framework.request import Request
 
+from atlas.api.auth import actor
 from atlas.exceptions import NotFound
 from branches.selectors import branch_get
 from branches.store import BranchStore
@@ -31,10 +33,14 @@ def store_for(request: Request) -> EntityStore:
     every write path (entity writes, batch, delete-by-query, revert, import)
     obeys the same rule under the branch row lock.
     """
-    name = branch_name(request)
+    return store_named(branch_name(request), user=actor(request))
+
+
+def store_named(name: str, *, user: User) -> EntityStore:
+    """:func:`store_for` by name: "" is baseline (the MCP tools' ``branch`` argument)."""
     if not name:
         return baseline
-    branch = branch_get(name=name, user=request.user)
+    branch = branch_get(name=name, user=user)
     if branch is None:
         raise NotFound(f"Branch {name!r} not found.", pointer=f"/headers/{BRANCH_HEADER}")
-    return BranchStore(branch, writer=request.user)
+    return BranchStore(branch, writer=user)

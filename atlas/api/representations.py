@@ -134,9 +134,12 @@ class ContextSerializer(serializers.Serializer):
     request_id = serializers.CharField(required=False, help_text="X-Request-ID of the write")
     ip = serializers.CharField(required=False, help_text="Client address (ATLAS_TRUSTED_PROXIES)")
     user_agent = serializers.CharField(required=False, allow_blank=True)
-    auth = serializers.ChoiceField(choices=["token", "session", "system", "dev-header"])
+    auth = serializers.ChoiceField(choices=["token", "session", "system", "dev-header", "mcp"])
     token_id = serializers.IntegerField(
         required=False, help_text="The ApiToken's id, never the key"
+    )
+    client = serializers.CharField(
+        required=False, help_text='auth "mcp": the MCP client\'s name (its clientInfo)'
     )
 
 

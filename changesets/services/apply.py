@@ -23,12 +23,13 @@ from django.utils import timezone
 
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
-from changesets.exceptions import TooManyOps
+from changesets.exceptions import PlanChanged, TooManyOps
 from changesets.hooks import run_write_hooks
 from changesets.models import BASELINE, Changeset, LogHead, Rpc
 from changesets.ops import WriteOp, op_repr
 from changesets.services import log_statement, netchange
 from changesets.services.netchange import Folded, NetChange
+from changesets.services.plans import plan_digest
 from changesets.services.result import ApplyResult, PlannedResult
 from entities import access
 from entities.models import Namespace
@@ -74,6 +75,7 @@ def changeset_apply(
     keys: Sequence[EntityKey] = (),
     metadata: Mapping[str, Any] | None = None,
     context: Mapping[str, Any] | None = None,
+    expect_plan: str | None = None,
 ) -> ApplyResult:
     """Apply ``ops`` in order as one changeset on ``store``, in one transaction.
 
@@ -99,6 +101,11 @@ def changeset_apply(
        ``changesets.provenance``; no context is a system write), its revisions
        and its journal entry. Every store's writes ride in it
        (``EntityStore.write_sql``). The write hooks run after it, in the transaction.
+
+    ``expect_plan`` (a :func:`~changesets.services.plans.plan_digest` a dry run
+    reported as ``ApplyResult.plan``) confirms a previewed write: between steps
+    2 and 4, under the locks, a write whose net changes have another digest is
+    refused with :class:`PlanChanged` and writes nothing.
     """
     if plan is None:
         check_op_limit(len(ops))
@@ -116,6 +123,7 @@ def changeset_apply(
                     dry_run=dry_run,
                     check_permissions=check_permissions,
                     provenance=(metadata, context),
+                    expect_plan=expect_plan,
                 )
         except (KeyRaced, _HeadMissing, OperationalError) as exc:
             if not _worth_retrying(exc) or attempt == MAX_ATTEMPTS:
@@ -149,6 +157,7 @@ def changeset_apply_planned(
     check_permissions: bool = True,
     metadata: Mapping[str, Any] | None = None,
     context: Mapping[str, Any] | None = None,
+    expect_plan: str | None = None,
 ) -> PlannedResult:
     """:func:`changeset_apply` with ``plan``, reporting the ops the plan chose."""
     planned: list[WriteOp] = []
@@ -168,6 +177,7 @@ def changeset_apply_planned(
         check_permissions=check_permissions,
         metadata=metadata,
         context=context,
+        expect_plan=expect_plan,
     )
     return PlannedResult(result.changeset, [op_repr(op) for op in planned], dry_run, result)
 
@@ -184,6 +194,7 @@ def _apply_once(
     dry_run: bool,
     check_permissions: bool,
     provenance: Provenance,
+    expect_plan: str | None = None,
 ) -> ApplyResult:
     """One attempt of :func:`changeset_apply`, inside its transaction, step by step."""
     branch = store.branch
@@ -198,6 +209,14 @@ def _apply_once(
     results = netchange.run_ops(ops, state, initial=initial, last_versions=last_versions)  # 2
     folded = netchange.fold(keys, base, state)
     results = netchange.unmoved_results(ops, results, folded.unmoved, initial)
+    if (
+        expect_plan is not None
+        and plan_digest(branch=branch, changes=folded.changes) != expect_plan
+    ):
+        raise PlanChanged(
+            "What this write would record is not the plan it confirms: the entities"
+            " changed since the dry run. Nothing was written; dry-run again."
+        )
     changeset, now = None, timezone.now()
     changed: list[list[str]] = []
     if folded.changes and not dry_run:  # 3: otherwise no changeset

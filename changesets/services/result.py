@@ -13,6 +13,7 @@ from typing import Any
 from changesets.models import BASELINE, Changeset, Revision
 from changesets.ops import OpResult
 from changesets.services.netchange import NetChange
+from changesets.services.plans import plan_digest
 from entities.store import EntityKey, StoredEntity
 
 _REVISION_FIELDS = (
@@ -49,6 +50,12 @@ class ApplyResult:
     branch: str = BASELINE
     # Per change, the pointers the log statement stored (empty on a dry run).
     changed: Sequence[list[str]] = field(default=(), repr=False)
+
+    @property
+    def plan(self) -> str:
+        """The digest of what this write records (or, on a dry run, would record):
+        pass it back as ``expect_plan`` to confirm exactly this."""
+        return plan_digest(branch=self.branch, changes=self.changes)
 
     @functools.cached_property
     def revisions(self) -> list[Revision]:

@@ -65,6 +65,7 @@ def changeset_revert(
     comment: str = "",
     metadata: Mapping[str, Any] | None = None,
     context: Mapping[str, Any] | None = None,
+    expect_plan: str | None = None,
 ) -> PlannedResult:
     """Write the inverse of a changeset as one new changeset (rpc ``RevertChangeset``).
 
@@ -81,6 +82,7 @@ def changeset_revert(
     (``changeset``); one with an op in a namespace the actor cannot read is
     :class:`NotFound`, exactly like a missing one. The inverse is held to
     ``ATLAS_MAX_BATCH_OPS`` ops like any write (``check_op_limit``).
+    ``expect_plan`` confirms a dry run's ``applied.plan`` (see ``changeset_apply``).
     """
     if changeset is None:
         changeset = revert_target(actor=actor, changeset_id=str(changeset_id))
@@ -100,6 +102,7 @@ def changeset_revert(
         plan=plan,
         metadata=metadata,
         context=context,
+        expect_plan=expect_plan,
     )
 
 
