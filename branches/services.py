@@ -110,6 +110,8 @@ def branch_create(*, name: str, actor: User, comment: str = "") -> Branch:
                 created_at=timezone.now(),
                 fork_changeset=fork,
                 fork_seq=fork.seq if fork else 0,
+                base_changeset=fork,
+                base_seq=fork.seq if fork else 0,
             )
     except IntegrityError as exc:
         raise BranchExists(MSG_NAME_TAKEN.format(name=name)) from exc

@@ -59,6 +59,9 @@ def branch_repr(
         "created_at": rfc3339(branch.created_at),
         "fork_changeset_id": shown(branch.fork_changeset_id),
         "fork_seq": branch.fork_seq,
+        "base_changeset_id": shown(branch.base_changeset_id),
+        "base_seq": branch.base_seq,
+        "synced_at": rfc3339(branch.synced_at),
         "merged_changeset_id": shown(branch.merged_changeset_id),
         "comment": branch.comment,
         "closed_at": rfc3339(branch.closed_at),
@@ -107,6 +110,13 @@ class BranchSerializer(serializers.Serializer):
         " or when you cannot see that changeset)",
     )
     fork_seq = serializers.IntegerField(help_text="Its seq (0 on an empty log)")
+    base_changeset_id = serializers.UUIDField(
+        allow_null=True,
+        help_text="The base point: the fork, or the baseline head at the last sync (null as"
+        " for the fork)",
+    )
+    base_seq = serializers.IntegerField(help_text="Its seq; behind counts from here")
+    synced_at = serializers.DateTimeField(allow_null=True, help_text="The last sync (null: none)")
     merged_changeset_id = serializers.UUIDField(allow_null=True)
     comment = serializers.CharField(allow_blank=True)
     closed_at = serializers.DateTimeField(allow_null=True, help_text="When merged or abandoned")
@@ -153,7 +163,9 @@ class BranchChangeSerializer(EntityRefSerializer):
 
 
 class DiffSerializer(serializers.Serializer):
-    behind = serializers.IntegerField(help_text="Baseline changesets since the fork")
+    behind = serializers.IntegerField(
+        help_text="Baseline changesets since the base point (the fork, or the last sync)"
+    )
     ahead = serializers.IntegerField(help_text="The branch's changesets")
     changes = BranchChangeSerializer(many=True, help_text="One page, in key order")
     next_page_token = serializers.CharField(allow_null=True)
