@@ -313,8 +313,11 @@ def _land_merge(
             branch.refresh_from_db()
         return MergeResult(branch=branch, changeset=None, dry_run=dry_run)
     store = MergeStore(branch, plan, key_level=key_level is not None)
+    ops: list[WriteOp]
+    keys: list[EntityKey]
+    planner: Callable[[Mapping[EntityKey, StoredEntity]], list[WriteOp]] | None
     if key_level is None:
-        ops, keys, planner = _merge_ops(plan), (), None
+        ops, keys, planner = _merge_ops(plan), [], None
     else:
         ops, keys, planner = [], [c.key for c in plan], _key_merge_planner(branch, plan, key_level)
     result = changeset_apply(
