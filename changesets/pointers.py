@@ -92,6 +92,7 @@ def changed(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list
     ``1.0`` and ``true`` all differ), a member added or removed counts. Sorted
     like every pointer list (:func:`sort_key`).
     """
+    found: list[tuple[str, ...]]
     if before is None or after is None:
         found = [(name,) for name in (after if before is None else before) or {}]
     else:
