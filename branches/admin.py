@@ -14,8 +14,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
-from django.urls import NoReverseMatch, reverse
+from django.http import HttpRequest, HttpResponse
+from django.urls import NoReverseMatch, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
@@ -26,7 +26,8 @@ from atlas.admin_mixins import (
     admin_roles,
     admin_user,
 )
-from branches.models import Branch, BranchEntity, BranchMember
+from branches.admin_merge import merge_view
+from branches.models import Branch, BranchEntity, BranchMember, BranchStatus
 from branches.selectors import branch_diff, member_names
 
 
@@ -63,6 +64,8 @@ class BranchAdmin(ReadOnlyAdmin):
         "created_at",
         "fork_seq",
         "fork_changeset",
+        "base_seq",
+        "synced_at",
         "merged_changeset",
         "closed_at",
         "namespace_list",
@@ -70,6 +73,16 @@ class BranchAdmin(ReadOnlyAdmin):
         "diff_summary",
     )
     readonly_fields = fields
+
+    def get_urls(self) -> list[Any]:
+        merge = self.admin_site.admin_view(self.merge_view)
+        return [
+            path("<path:object_id>/merge/", merge, name="branches_branch_merge"),
+            *super().get_urls(),
+        ]
+
+    def merge_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return merge_view(self, request, object_id)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         qs = super().get_queryset(request)
@@ -112,16 +125,24 @@ class BranchAdmin(ReadOnlyAdmin):
     def diff_summary(self, obj: Branch) -> str:
         diff = branch_diff(branch=obj, namespaces=getattr(obj, "_readable", None))
         head = format_html(
-            "<p>Baseline has moved <strong>{}</strong> changeset{} since the fork; the branch has "
-            "<strong>{}</strong> changeset{} of its own and differs from baseline in "
-            "<strong>{}</strong> entit{} ({} in conflict).</p>",
+            "<p>Baseline has moved <strong>{}</strong> changeset{} since {}; "
+            "the branch has <strong>{}</strong> changeset{} of its own and differs from "
+            "baseline in <strong>{}</strong> entit{} ({} in conflict).</p>{}",
             diff.behind,
             "" if diff.behind == 1 else "s",
+            "the fork" if obj.synced_at is None else "the last sync",
             diff.ahead,
             "" if diff.ahead == 1 else "s",
             len(diff.changes),
             "y" if len(diff.changes) == 1 else "ies",
             sum(1 for c in diff.changes if c.conflict),
+            format_html(
+                '<p><a class="button" id="branch-merge-link" href="{}">Merge pointer by pointer…'
+                "</a></p>",
+                reverse("admin:branches_branch_merge", args=[obj.pk]),
+            )
+            if obj.status == BranchStatus.OPEN and diff.changes
+            else "",
         )
         if not diff.changes:
             return head

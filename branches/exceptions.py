@@ -28,3 +28,9 @@ class PlanMoved(Exception):
 
     Raised inside the write transaction (rolling it back); the merge plans again.
     """
+
+
+class SyncConflict(Conflict):
+    """Branch and baseline changed the same pointers differently; ``conflicts`` lists them."""
+
+    type, title = "sync-conflict", "Sync conflict"

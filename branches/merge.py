@@ -45,8 +45,11 @@ class MergeStore:
 
     branch = ""
 
-    def __init__(self, branch: Branch, plan: Sequence[OverlayChange]) -> None:
+    def __init__(
+        self, branch: Branch, plan: Sequence[OverlayChange], *, key_level: bool = False
+    ) -> None:
         self.merging = branch
+        self.key_level = key_level
         self._expected = {c.key: c.changeset_id for c in plan}
 
     def get(self, key: EntityKey) -> StoredEntity | None:
@@ -65,9 +68,10 @@ class MergeStore:
            same branch waits here, then finds it closed (409).
         2. Baseline rows of all the branch's keys, ``FOR UPDATE`` in key order;
            changes and conflicts are computed again against the locked rows.
-        3. Any conflict: 409 with the list. Changes other than planned (a
-           branch write or a baseline write slipped in before the locks):
-           :class:`PlanMoved`, and the merge plans again.
+        3. Any conflict: 409 with the list (not for a key-level merge: its
+           plan merges the locked rows pointer by pointer). Changes other than
+           planned (a branch write or a baseline write slipped in before the
+           locks): :class:`PlanMoved`, and the merge plans again.
         """
         wanted = set(keys)
         existing = namespaces_of(k.namespace for k in wanted) if wanted else {}
@@ -77,7 +81,7 @@ class MergeStore:
         require_open(name, status)
         changes, locked = overlay_changes_locked(branch=self.merging)
         conflicts = [c for c in changes if c.conflict]
-        if conflicts:
+        if conflicts and not self.key_level:
             raise merge_conflict(name, conflicts)
         if {c.key: c.changeset_id for c in changes} != self._expected:
             raise PlanMoved()

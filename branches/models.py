@@ -61,6 +61,18 @@ class Branch(models.Model):
         related_name="+",
     )
     fork_seq = models.BigIntegerField(default=0)
+    # The base point: the baseline changeset the branch's content is based on.
+    # The fork at first; each sync moves it to the newest baseline changeset.
+    # ``behind`` counts from here; key-level merge and sync take their base from it.
+    base_changeset = models.ForeignKey(
+        "changesets.Changeset",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="+",
+    )
+    base_seq = models.BigIntegerField(default=0)
+    synced_at = models.DateTimeField(null=True, blank=True)
     merged_changeset = models.ForeignKey(
         "changesets.Changeset",
         null=True,
@@ -80,6 +92,9 @@ class Branch(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(name__regex=NAME_PATTERN), name="branch_name_valid"),
             models.CheckConstraint(condition=Q(fork_seq__gte=0), name="branch_fork_seq_nonneg"),
+            models.CheckConstraint(
+                condition=Q(base_seq__gte=models.F("fork_seq")), name="branch_base_not_before_fork"
+            ),
             models.CheckConstraint(
                 condition=Q(merged_changeset__isnull=True) | Q(status=BranchStatus.MERGED),
                 name="branch_merged_changeset_only_when_merged",

@@ -155,7 +155,7 @@ def user_by_username(username: str) -> auth_models.User | None:
 def visible_changeset_ids(
     branches: Iterable[Branch], readable: Sequence[str] | None
 ) -> set[str] | None:
-    """The fork and merge changesets of ``branches`` the caller can see (``None`` = all).
+    """The fork, base and merge changesets of ``branches`` the caller can see (``None`` = all).
 
     The fork is whatever baseline changeset was newest when the branch was cut,
     often in a namespace the caller cannot read: its id must not show (not
@@ -163,7 +163,12 @@ def visible_changeset_ids(
     """
     if readable is None:
         return None
-    ids = {i for b in branches for i in (b.fork_changeset_id, b.merged_changeset_id) if i}
+    ids = {
+        i
+        for b in branches
+        for i in (b.fork_changeset_id, b.base_changeset_id, b.merged_changeset_id)
+        if i
+    }
     if not ids or not readable:
         return set()
     rows = Changeset.objects.filter(pk__in=ids, namespaces__overlap=list(readable))
@@ -361,7 +366,10 @@ def branch_diff(
     after: EntityKey | None = None,
     limit: int | None = None,
 ) -> Diff:
-    """How far baseline moved since the fork, the branch's changesets, and its changes.
+    """How far baseline moved since the base point, the branch's changesets, and its changes.
+
+    The base point is the fork until a sync moves it (``Branch.base_seq``), so
+    ``behind`` is 0 right after a sync.
 
     Two queries: the two counts (index range scans on ``(branch, seq)``), and
     :func:`overlay_changes`. Counts and changes are limited to changesets and
@@ -380,7 +388,7 @@ def branch_diff(
         f" (SELECT count(*) FROM changesets_changeset c WHERE c.branch = %s{ns_clause})"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [branch.fork_seq, *ns_params, branch.name, *ns_params])
+        cursor.execute(sql, [branch.base_seq, *ns_params, branch.name, *ns_params])
         behind, ahead = cursor.fetchone()
     changes = overlay_changes(branch=branch, namespaces=namespaces, after=after, limit=limit)
     return Diff(behind=behind, ahead=ahead, changes=changes)

@@ -9,7 +9,7 @@ change feed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,14 @@ from atlas.exceptions import (
     PermissionDenied,
     ValidationFailed,
 )
-from branches.exceptions import BranchExists, PlanMoved
+from branches.exceptions import BranchExists, MergeConflict, PlanMoved
+from branches.keymerge import (
+    Resolution,
+    baseline_contents_at,
+    conflict_repr,
+    outcome_op,
+    resolve,
+)
 from branches.merge import MergeStore, merge_conflict
 from branches.models import MSG_NAME, Branch, BranchMember, BranchStatus
 from branches.selectors import (
@@ -43,13 +50,14 @@ from branches.store import (
     require_open,
     require_writer,
 )
+from changesets.merge3 import Granularity
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp
 from changesets.services.apply import changeset_apply, check_op_limit
 from entities import access
 from entities.access import Role
 from entities.models import Namespace
-from entities.store import EntityKey
+from entities.store import EntityKey, StoredEntity
 
 # How often a merge re-plans when branch or baseline writes keep slipping in
 # between its plan and its locks. Each attempt is cheap; running out is a 409.
@@ -58,6 +66,7 @@ MERGE_ATTEMPTS = 5
 # The same words whoever holds the name and whatever it touched: a caller who
 # cannot see the branch learns only that the name is taken.
 MSG_NAME_TAKEN = "The branch name {name!r} is taken (branch names are never reused)."
+MSG_RESOLUTIONS_NEED_KEY = 'Resolutions settle key-level conflicts: send "granularity": "key".'
 MSG_MANAGE_DENIED = (
     "Changing the members of branch {name!r} needs its creator, or the maintainer role in"
     " every namespace it touched."
@@ -110,6 +119,8 @@ def branch_create(*, name: str, actor: User, comment: str = "") -> Branch:
                 created_at=timezone.now(),
                 fork_changeset=fork,
                 fork_seq=fork.seq if fork else 0,
+                base_changeset=fork,
+                base_seq=fork.seq if fork else 0,
             )
     except IntegrityError as exc:
         raise BranchExists(MSG_NAME_TAKEN.format(name=name)) from exc
@@ -237,18 +248,28 @@ def _require_within_limit(name: str, n: int) -> None:
     check_op_limit(n, what=f"Merging branch {name!r}")
 
 
-def _close_empty_merge(branch: Branch, actor: User) -> None:
-    """Mark merged a branch with nothing to land (no changeset: invariant 3)."""
+def _close_empty_merge(
+    branch: Branch, actor: User, plan: Sequence[OverlayChange] | None = None
+) -> None:
+    """Mark merged a branch with nothing to land (no changeset: invariant 3).
+
+    ``plan``: a key-level merge whose every change resolved to baseline's
+    state lands nothing either; its branch closes if its changes are still
+    the planned ones (else :class:`PlanMoved`).
+    """
+    expected = {c.key: c.changeset_id for c in plan or ()}
     with transaction.atomic(durable=True):
         locked = lock_branch_row(branch.pk)
         require_open(locked.name, locked.status)
-        if overlay_changes(branch=branch):
+        if {c.key: c.changeset_id for c in overlay_changes(branch=branch)} != expected:
             raise PlanMoved()
         _require_close_permission(actor, locked)
         close_branch(branch.pk, status=BranchStatus.MERGED, now=timezone.now())
 
 
-def _checked_merge_plan(branch: Branch, actor: User) -> list[OverlayChange]:
+def _checked_merge_plan(
+    branch: Branch, actor: User, *, key_level: bool = False
+) -> list[OverlayChange]:
     """Steps 0-2 of :func:`branch_merge`: the plan, once the caller may land all of it.
 
     Refusals come in the order that reveals least: permissions and the op
@@ -264,7 +285,7 @@ def _checked_merge_plan(branch: Branch, actor: User) -> list[OverlayChange]:
     _require_merge_permission(actor, branch.name, {c.key.namespace for c in plan} - {*counts})
     _require_within_limit(branch.name, len(plan))
     conflicts = [c for c in plan if c.conflict]
-    if conflicts:
+    if conflicts and not key_level:
         raise merge_conflict(branch.name, conflicts)
     return plan
 
@@ -277,9 +298,12 @@ def _land_merge(
     comment: str,
     dry_run: bool,
     provenance: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None],
+    key_level: Sequence[Resolution] | None = None,
 ) -> MergeResult:
     """Steps 3-4 of :func:`branch_merge`: land the plan as one changeset, or close.
 
+    ``key_level`` (the resolutions of a key-level merge): the ops are decided
+    under the locks by :func:`_key_merge_planner` instead of taken from the plan.
     Raises :class:`~branches.exceptions.PlanMoved` when the plan no longer
     holds under the locks; the caller plans again.
     """
@@ -288,18 +312,28 @@ def _land_merge(
             _close_empty_merge(branch, actor)
             branch.refresh_from_db()
         return MergeResult(branch=branch, changeset=None, dry_run=dry_run)
+    store = MergeStore(branch, plan, key_level=key_level is not None)
+    ops: list[WriteOp]
+    keys: list[EntityKey]
+    planner: Callable[[Mapping[EntityKey, StoredEntity]], list[WriteOp]] | None
+    if key_level is None:
+        ops, keys, planner = _merge_ops(plan), [], None
+    else:
+        ops, keys, planner = [], [c.key for c in plan], _key_merge_planner(branch, plan, key_level)
     result = changeset_apply(
-        store=MergeStore(branch, plan),
+        store=store,
         actor=actor,
-        ops=_merge_ops(plan),
+        ops=ops,
+        keys=keys,
+        plan=planner,
         rpc=Rpc.MERGE_BRANCH,
         comment=comment,
         dry_run=dry_run,
         metadata=provenance[0],
         context=provenance[1],
     )
-    if result.changeset is None and not dry_run:  # pragma: no cover - plan said it moves
-        _close_empty_merge(branch, actor)
+    if result.changeset is None and not dry_run:  # a key-level merge that kept baseline
+        _close_empty_merge(branch, actor, plan)
     if not dry_run:
         branch.refresh_from_db()
     return MergeResult(
@@ -311,6 +345,53 @@ def _land_merge(
     )
 
 
+def _key_merge_planner(
+    branch: Branch, plan: Sequence[OverlayChange], resolutions: Sequence[Resolution]
+) -> Callable[[Mapping[EntityKey, StoredEntity]], list[WriteOp]]:
+    """The plan of a key-level merge, run by the write service under the merge's locks.
+
+    Per planned key (:mod:`branches.keymerge`): base = baseline at the
+    branch's ``base_version`` (read only where baseline moved: elsewhere base
+    is baseline now), ours = the locked baseline row, theirs = the branch's
+    state (unchanged since planning: the merge store checked that under the
+    branch row lock). Conflicts left after ``resolutions`` → 409 listing them
+    all; otherwise one op per key whose merge differs from baseline.
+    """
+
+    def planner(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
+        moved = {
+            c.key: c.base_version
+            for c in plan
+            if c.base_version is not None
+            and (current[c.key].version if c.key in current else None) != c.base_version
+        }
+        bases = baseline_contents_at(moved)
+        ops: list[WriteOp] = []
+        conflicts: list[dict[str, Any]] = []
+        for change in plan:
+            now = current.get(change.key)
+            ours = now.content if now is not None else None
+            now_version = now.version if now is not None else None
+            base = ours if change.base_version == now_version else bases.get(change.key)
+            theirs = None if change.deleted else change.content
+            outcome = resolve(
+                change.key, base, ours, theirs, granularity="key", resolutions=resolutions
+            )
+            conflicts += [conflict_repr(change.key, c) for c in outcome.conflicts]
+            op = outcome_op(outcome, ours)
+            if op is not None and not outcome.conflicts:
+                ops.append(op)
+        if conflicts:
+            raise MergeConflict(
+                f"Branch {branch.name!r} and baseline changed {len(conflicts)} pointer"
+                f"{'' if len(conflicts) == 1 else 's'} differently; resolve them to merge.",
+                conflicts=conflicts,
+            )
+        return ops
+
+    return planner
+
+
 def branch_merge(
     *,
     branch: Branch,
@@ -319,6 +400,8 @@ def branch_merge(
     comment: str = "",
     metadata: Mapping[str, Any] | None = None,
     context: Mapping[str, Any] | None = None,
+    granularity: Granularity = "entity",
+    resolutions: Sequence[Resolution] = (),
 ) -> MergeResult:
     """Land an open branch on baseline as one changeset (rpc ``MergeBranch``).
 
@@ -348,14 +431,34 @@ def branch_merge(
     4. A plan with nothing to land closes the branch without a changeset.
 
     A dry run goes through the same checks and locks and writes nothing.
+
+    ``granularity="key"``: step 2 refuses nothing; step 3's plan is the
+    three-way merge of each key under the locks (:func:`_key_merge_planner`),
+    conflicts only where both sides changed one pointer differently and no
+    resolution settles it (409, ``reason: key_conflict``). A key whose merge
+    equals baseline lands nothing; when no key lands, the branch closes
+    without a changeset.
     """
     _require_visible(branch, actor)
+    if resolutions and granularity != "key":
+        raise ValidationFailed(
+            MSG_RESOLUTIONS_NEED_KEY,
+            pointer="/resolutions",
+            errors=[{"pointer": "/resolutions", "detail": MSG_RESOLUTIONS_NEED_KEY}],
+        )
     provenance = (metadata, context)
+    key_level = list(resolutions) if granularity == "key" else None
     for _ in range(MERGE_ATTEMPTS):
-        plan = _checked_merge_plan(branch, actor)
+        plan = _checked_merge_plan(branch, actor, key_level=key_level is not None)
         try:
             return _land_merge(
-                branch, actor, plan, comment=comment, dry_run=dry_run, provenance=provenance
+                branch,
+                actor,
+                plan,
+                comment=comment,
+                dry_run=dry_run,
+                provenance=provenance,
+                key_level=key_level,
             )
         except PlanMoved:
             continue

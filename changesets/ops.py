@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from changesets.canonical import canonical as canonical
+from changesets.canonical import same_content as same_content
 from entities.store import EntityKey
 
 IfMatch = int | tuple[int, ...] | Literal["*"] | None
@@ -47,24 +48,6 @@ class OpResult:
     pointer: str | None
     status: Status
     version: int | None
-
-
-def canonical(content: Any) -> str:
-    """A byte-stable encoding: equal strings mean byte-identical JSON values.
-
-    Python's ``==`` would call ``1`` and ``true`` equal; JSON does not.
-    """
-    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def same_content(a: Any, b: Any) -> bool:
-    """Byte-identical JSON values.
-
-    ``==`` first: it is cheap, and values it calls different encode differently
-    (JSON object keys are strings). It calls ``1``, ``1.0`` and ``true`` equal,
-    so only when it says equal are the canonical forms compared.
-    """
-    return a == b and canonical(a) == canonical(b)
 
 
 def op_repr(op: WriteOp) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 A revision's ``changed`` pointers are computed in PostgreSQL, inside the log
 statement (``atlas_changed_keys``, migration 0013), so a batch of any size
-costs no Python loop. What is here is the rest of the rule, for reads: the
+costs no Python loop. :func:`changed` is the same rule in Python, for the
+three-way merge (:mod:`changesets.merge3`), pinned to the SQL function by
+``tests/changesets/test_changed_keys.py``. What is here besides is the rest
+of the rule, for reads: the
 syntax a ``key`` query parameter must have, the leaves blame reports, the
 key rule ("equal, inside or containing") and the sort order of API.md
 ("Decisions for the added sections"): by unescaped segments, segment by
@@ -15,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from changesets.canonical import canonical
 
 # A pointer a client may send: "" (the whole document) or "/"-separated segments
 # where "~" only escapes ("~0" is "~", "~1" is "/"). U+0000 can be in no stored key.
@@ -75,4 +80,32 @@ def _leaves(value: dict[str, Any], path: tuple[str, ...]) -> Iterator[tuple[str,
         if isinstance(member, dict) and member:
             yield from _leaves(member, here)
         else:
+            yield here
+
+
+def changed(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[str]:
+    """The pointer rule of API.md ("Changed keys"), as ``atlas_changed_keys`` computes it.
+
+    A create or a delete (one side ``None``) names every top-level member; an
+    update the deepest object-member paths whose values differ: objects are
+    compared member by member, arrays and scalars as whole values (``1``,
+    ``1.0`` and ``true`` all differ), a member added or removed counts. Sorted
+    like every pointer list (:func:`sort_key`).
+    """
+    found: list[tuple[str, ...]]
+    if before is None or after is None:
+        found = [(name,) for name in (after if before is None else before) or {}]
+    else:
+        found = list(_changed(before, after, ()))
+    return [join(parts) for parts in sorted(found)]
+
+
+def _changed(
+    b: dict[str, Any], a: dict[str, Any], path: tuple[str, ...]
+) -> Iterator[tuple[str, ...]]:
+    for name in b.keys() | a.keys():
+        here = (*path, name)
+        if name in b and name in a and isinstance(b[name], dict) and isinstance(a[name], dict):
+            yield from _changed(b[name], a[name], here)
+        elif name not in b or name not in a or canonical(b[name]) != canonical(a[name]):
             yield here

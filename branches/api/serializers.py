@@ -14,10 +14,17 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from atlas.api import strict
-from atlas.api.inputs import comment_field, metadata_field
+from atlas.api.inputs import (
+    comment_field,
+    kind_field,
+    metadata_field,
+    namespace_field,
+    slug_field,
+)
 from atlas.api.render import rfc3339
 from atlas.api.representations import ChangesetSerializer
 from atlas.exceptions import ValidationFailed
+from branches.keymerge import SIDES, Resolution
 from branches.models import MSG_NAME, NAME_PATTERN, Branch, BranchStatus
 from branches.selectors import (
     Diff,
@@ -25,6 +32,13 @@ from branches.selectors import (
     is_valid_name,
     member_names,
     visible_changeset_ids,
+)
+from changesets import pointers
+from changesets.api.serializers import (
+    InverseOpSerializer,
+    ObjectListField,
+    granularity_field,
+    ref_key,
 )
 from entities.store import EntityKey
 
@@ -59,6 +73,9 @@ def branch_repr(
         "created_at": rfc3339(branch.created_at),
         "fork_changeset_id": shown(branch.fork_changeset_id),
         "fork_seq": branch.fork_seq,
+        "base_changeset_id": shown(branch.base_changeset_id),
+        "base_seq": branch.base_seq,
+        "synced_at": rfc3339(branch.synced_at),
         "merged_changeset_id": shown(branch.merged_changeset_id),
         "comment": branch.comment,
         "closed_at": rfc3339(branch.closed_at),
@@ -107,6 +124,13 @@ class BranchSerializer(serializers.Serializer):
         " or when you cannot see that changeset)",
     )
     fork_seq = serializers.IntegerField(help_text="Its seq (0 on an empty log)")
+    base_changeset_id = serializers.UUIDField(
+        allow_null=True,
+        help_text="The base point: the fork, or the baseline head at the last sync (null as"
+        " for the fork)",
+    )
+    base_seq = serializers.IntegerField(help_text="Its seq; behind counts from here")
+    synced_at = serializers.DateTimeField(allow_null=True, help_text="The last sync (null: none)")
     merged_changeset_id = serializers.UUIDField(allow_null=True)
     comment = serializers.CharField(allow_blank=True)
     closed_at = serializers.DateTimeField(allow_null=True, help_text="When merged or abandoned")
@@ -153,7 +177,9 @@ class BranchChangeSerializer(EntityRefSerializer):
 
 
 class DiffSerializer(serializers.Serializer):
-    behind = serializers.IntegerField(help_text="Baseline changesets since the fork")
+    behind = serializers.IntegerField(
+        help_text="Baseline changesets since the base point (the fork, or the last sync)"
+    )
     ahead = serializers.IntegerField(help_text="The branch's changesets")
     changes = BranchChangeSerializer(many=True, help_text="One page, in key order")
     next_page_token = serializers.CharField(allow_null=True)
@@ -168,15 +194,73 @@ class BranchListQuery(strict.Query):
         raise ValidationFailed(f"status must be one of {', '.join(STATUSES)}.", errors=errors)
 
 
-# ``{"dry_run"?, "comment"?, "metadata"?}``; no body at all reads as ``{}``.
+# One settled conflict: ``{"namespace", "kind", "slug", "pointer"?, "take"}``.
+class ResolutionBody(strict.Body):
+    first = ()
+    namespace = namespace_field()
+    kind = kind_field()
+    slug = slug_field()
+    pointer = strict.StrictRegexField(
+        pointers.POINTER_PATTERN,
+        message=pointers.MSG_POINTER,
+        check=pointers.is_pointer,
+        required=False,
+        help_text="The conflict's pointer; settles every conflict at or inside it."
+        " Absent: the whole entity from that side",
+    )
+    take = strict.StrictChoiceField(list(SIDES), help_text="Which side's value wins")
+
+
+def resolutions(body: dict[str, Any]) -> list[Resolution]:
+    return [
+        Resolution(ref_key(r), r["take"], r.get("pointer")) for r in body.get("resolutions", [])
+    ]
+
+
+def resolutions_field() -> serializers.Field:
+    return ObjectListField(
+        child=ResolutionBody(),
+        required=False,
+        help_text="Settle conflicts (key granularity): per pointer or per entity",
+    )
+
+
+# ``{"dry_run"?, "comment"?, "metadata"?, "granularity"?, "resolutions"?}``; no body = ``{}``.
 class MergeBodySerializer(strict.Body):
     comment = comment_field()
     dry_run = strict.StrictBooleanField(required=False, default=False)
     metadata = metadata_field()
+    granularity = granularity_field(
+        "entity",
+        "entity: refuse any entity baseline changed since the branch wrote it; key: merge"
+        " pointer by pointer, conflicts only where both sides changed one pointer differently",
+    )
+    resolutions = resolutions_field()
+
+
+class SyncBodySerializer(strict.Body):
+    comment = comment_field()
+    dry_run = strict.StrictBooleanField(required=False, default=False)
+    metadata = metadata_field()
+    granularity = granularity_field(
+        "key",
+        "key: merge baseline's newer changes pointer by pointer; entity: any entity both"
+        " changed is a conflict",
+    )
+    resolutions = resolutions_field()
 
 
 class MergeResponseSerializer(serializers.Serializer):
     changeset = ChangesetSerializer(allow_null=True)
     merged = EntityRefSerializer(many=True, help_text="Entities that landed (or would)")
+    dry_run = serializers.BooleanField()
+    branch = BranchSerializer()
+
+
+class SyncResponseSerializer(serializers.Serializer):
+    changeset = ChangesetSerializer(
+        allow_null=True, help_text="The SyncBranch changeset (null: no content moved, or dry run)"
+    )
+    ops = InverseOpSerializer(many=True, help_text="What the sync writes on the branch")
     dry_run = serializers.BooleanField()
     branch = BranchSerializer()

@@ -30,13 +30,14 @@ from branches.selectors import (
     user_by_username,
     visible_changeset_ids,
 )
+from branches.sync import branch_sync
 from entities import access
 from entities.store import EntityKey
 
 _MEMBERS = "``PUT|DELETE /branches/{name}/members/user/{username}``."
 
 
-# Branches: cut, read, diff, merge, abandon, and who besides the creator may write.
+# Branches: cut, read, diff, merge, sync, abandon, and who besides the creator may write.
 # (No class docstring: drf-spectacular would make it every operation's description.)
 class BranchViewSet(viewsets.ViewSet):
     lookup_url_kwarg = "name"
@@ -166,6 +167,8 @@ class BranchViewSet(viewsets.ViewSet):
             comment=body.get("comment", ""),
             metadata=body.get("metadata"),
             context=request_context(request),
+            granularity=body["granularity"],
+            resolutions=s.resolutions(body),
         )
         readable = access.readable_namespaces(request.user)
         changeset = result.changeset
@@ -174,6 +177,45 @@ class BranchViewSet(viewsets.ViewSet):
                 "changeset": changeset_repr(changeset, result.revisions) if changeset else None,
                 "merged": [s.ref_repr(k) for k in result.merged],
                 "dry_run": result.dry_run,
+                "branch": s.branch_repr(result.branch, readable),
+            }
+        )
+
+    @extend_schema(
+        operation_id="branches_sync",
+        summary="Move the branch's base point to baseline's head, merging baseline's newer"
+        " changes in (rpc SyncBranch)",
+        request=s.SyncBodySerializer,
+        parameters=[IDEMPOTENCY_PARAM],
+        responses={
+            200: s.SyncResponseSerializer,
+            **{c: PROBLEM for c in (400, 403, 404, 409, 413, 415, 422)},
+        },
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def sync(self, request: Request, name: str) -> Response:
+        branch = self.get_object()
+        body = strict.validated(s.SyncBodySerializer, request.data)
+        result = branch_sync(
+            branch=branch,
+            actor=actor(request),
+            granularity=body["granularity"],
+            resolutions=s.resolutions(body),
+            dry_run=body["dry_run"],
+            comment=body.get("comment", ""),
+            metadata=body.get("metadata"),
+            context=request_context(request),
+        )
+        readable = access.readable_namespaces(request.user)
+        changeset = result.changeset
+        return Response(
+            {
+                "changeset": changeset_repr(changeset, result.planned.applied.revisions)
+                if changeset
+                else None,
+                "ops": result.planned.ops,
+                "dry_run": body["dry_run"],
                 "branch": s.branch_repr(result.branch, readable),
             }
         )

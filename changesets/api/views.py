@@ -236,6 +236,8 @@ class ChangesetViewSet(viewsets.ViewSet):
             comment=body.get("comment", ""),
             metadata=body.get("metadata"),
             context=request_context(request),
+            granularity=body["granularity"],
+            only=[s.ref_key(ref) for ref in body["only"]] if "only" in body else None,
         )
         return self._planned(request, result, body["dry_run"])
 

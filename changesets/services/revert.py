@@ -8,8 +8,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from atlas.exceptions import NotFound
+from atlas.exceptions import NotFound, ValidationFailed
 from changesets.exceptions import RevertConflict
+from changesets.merge3 import Granularity, merge3
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
 from changesets.services.apply import PlannedResult, changeset_apply_planned
@@ -65,6 +66,8 @@ def changeset_revert(
     comment: str = "",
     metadata: Mapping[str, Any] | None = None,
     context: Mapping[str, Any] | None = None,
+    granularity: Granularity = "entity",
+    only: Sequence[EntityKey] | None = None,
     expect_plan: str | None = None,
 ) -> PlannedResult:
     """Write the inverse of a changeset as one new changeset (rpc ``RevertChangeset``).
@@ -78,6 +81,15 @@ def changeset_revert(
     3. Ops unwind newest first: ``before`` present → put it back; ``before``
        null (the changeset created it) → delete.
 
+    ``granularity="key"`` replaces step 2's whole-entity test with the one
+    three-way merge (:func:`changesets.merge3.merge3`: base = the changeset's
+    ``after``, ours = the locked current content, theirs = its ``before``), so
+    later edits to other pointers survive the undo; a pointer both changed is
+    a ``key_moved_on`` conflict naming it with base, ours and theirs. Decided
+    under the same locks, so a racing write is either seen or waits.
+    ``only`` limits the undo to those of the changeset's entities (a ref it
+    did not touch is 422, pointer ``/only/<i>``).
+
     Name it by ``changeset_id``, or pass the row :func:`revert_target` gave
     (``changeset``); one with an op in a namespace the actor cannot read is
     :class:`NotFound`, exactly like a missing one. The inverse is held to
@@ -87,9 +99,13 @@ def changeset_revert(
     if changeset is None:
         changeset = revert_target(actor=actor, changeset_id=str(changeset_id))
     revisions = list(Revision.objects.filter(changeset=changeset).order_by("-id"))
+    if only is not None:
+        revisions = _only(revisions, only)
     keys = [_key(r) for r in revisions]
 
     def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
+        if granularity == "key":
+            return _plan_keys(revisions, current)
         return _plan(revisions, current, store)
 
     return changeset_apply_planned(
@@ -104,6 +120,68 @@ def changeset_revert(
         context=context,
         expect_plan=expect_plan,
     )
+
+
+MSG_NOT_TOUCHED = "This changeset did not touch that entity."
+
+
+def _only(revisions: list[Revision], only: Sequence[EntityKey]) -> list[Revision]:
+    """The revisions of the entities named in ``only`` (422 for one the changeset
+    did not touch, every such ref listed)."""
+    touched = {_key(r) for r in revisions}
+    errors = [
+        {"pointer": f"/only/{i}", "detail": MSG_NOT_TOUCHED}
+        for i, k in enumerate(only)
+        if k not in touched
+    ]
+    if errors:
+        raise ValidationFailed(MSG_NOT_TOUCHED, pointer=errors[0]["pointer"], errors=errors)
+    wanted = set(only)
+    return [r for r in revisions if _key(r) in wanted]
+
+
+def _plan_keys(
+    revisions: Sequence[Revision], current: Mapping[EntityKey, StoredEntity]
+) -> list[WriteOp]:
+    """Key-level inverse ops, newest first, read under the write service's locks.
+
+    Per entity, :func:`merge3` of (base = ``after``, ours = now, theirs =
+    ``before``): a clean merge equal to now is skipped, a clean merge is put
+    (deleted when it is absent: the changeset created the entity and nothing
+    changed it since), and every conflict of every entity is collected before
+    the whole revert is refused.
+    """
+    ops: list[WriteOp] = []
+    conflicts: list[dict[str, Any]] = []
+    for revision in revisions:
+        key = _key(revision)
+        now = current.get(key)
+        ours = now.content if now is not None else None
+        merged = merge3(revision.after, ours, revision.before)
+        for c in merged.conflicts:
+            conflicts.append(
+                {
+                    "namespace": key.namespace,
+                    "kind": key.kind,
+                    "slug": key.slug,
+                    "pointer": c.pointer,
+                    "reason": "key_moved_on",
+                    "base": c.base,
+                    "ours": c.ours,
+                    "theirs": c.theirs,
+                }
+            )
+        if merged.conflicts or _holds(ours, merged.content):
+            continue
+        ops.append(DeleteOp(key) if merged.content is None else PutOp(key, merged.content))
+    if conflicts:
+        raise RevertConflict(
+            f"{len(conflicts)} pointer{' was' if len(conflicts) == 1 else 's were'} changed"
+            " again since this changeset; revert the newer changesets first, or revert"
+            ' the other entities with "only".',
+            conflicts=conflicts,
+        )
+    return ops
 
 
 def _plan(
