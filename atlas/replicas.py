@@ -8,10 +8,12 @@ the admin's log browsing — are marked with :func:`replica_read`;
 :class:`ReplicaRouter` sends that request's reads of the log's tables there.
 Everything else reads the primary:
 
-- writes, and every read inside a transaction on the primary or after a
-  write in the same request (the router pins the request to the primary the
-  moment either happens: a transaction on the primary is a write path, and a
-  write path reads its own writes);
+- writes, and every read inside a transaction on the primary or after one
+  in the same request (the request is pinned to the primary the moment a
+  statement runs inside a transaction there, or a log model is written: a
+  transaction on the primary is a write path, and a write path reads its own
+  writes; ``_watch_primary`` sees the write path's raw SQL, the router its
+  models);
 - identity and authorization (users, tokens, sessions, grants): only the
   log's apps (``LOG_APPS``) are routed, and the role lookup runs on the
   primary's prepared cursor, so a revoked grant never lingers on a replica;
@@ -46,7 +48,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -120,6 +123,32 @@ def _replica_alias() -> str | None:
     return state.alias
 
 
+@contextmanager
+def serving(alias: str) -> Iterator[ReadState]:
+    """Read the log from replica ``alias`` inside the block, as a replica request does
+    (for code outside a request: scripts, tests)."""
+    state = ReadState(alias=alias, replayed=head_seq(alias))
+    token = _state.set(state)
+    try:
+        with connections[DEFAULT_DB_ALIAS].execute_wrapper(_watch_primary):
+            yield state
+    finally:
+        _state.reset(token)
+
+
+def _watch_primary(execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+    """Pin the request to the primary at its first statement inside a transaction there.
+
+    The write path runs raw SQL (no model, so the router never sees it): a
+    statement on the primary inside a transaction is how a write shows itself.
+    Every later read of the request then sees what it wrote.
+    """
+    state = _state.get()
+    if state is not None and not state.pinned and context["connection"].in_atomic_block:
+        state.pinned = True
+    return execute(sql, params, many, context)
+
+
 def read_connection() -> BaseDatabaseWrapper:
     """The connection for a read-only raw SQL statement of a log read (the admin's)."""
     return connections[_replica_alias() or DEFAULT_DB_ALIAS]
@@ -148,8 +177,10 @@ class ReplicaRouter:
         return _replica_alias()
 
     def db_for_write(self, model: type, **hints: Any) -> str:
+        # Django also asks this for reads meant to precede a write (get_or_create,
+        # select_for_update). A token's last-used stamp is no reason to leave the replica.
         state = _state.get()
-        if state is not None:
+        if state is not None and model._meta.app_label in LOG_APPS:  # type: ignore[attr-defined]
             state.pinned = True  # read-your-writes for the rest of the request
         return DEFAULT_DB_ALIAS
 
@@ -208,9 +239,12 @@ class ReplicaReadMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not read_aliases():
+            return self.get_response(request)
         token = _state.set(None)
         try:
-            response = self.get_response(request)
+            with connections[DEFAULT_DB_ALIAS].execute_wrapper(_watch_primary):
+                response = self.get_response(request)
             state = _state.get()
             if state is not None and state.used:
                 self._put_lag(response, state)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -200,11 +201,11 @@ if ATLAS_DB_KEEPALIVES_IDLE_SECONDS > 0:
 # suite behaves the same whether or not the variable is set.
 
 
-def read_databases(urls: str, primary: dict) -> dict[str, dict]:
+def read_databases(urls: str, primary: Any) -> dict[str, Any]:
     """``{"replica1": {...}, ...}`` for a comma-separated list of replica URLs."""
-    aliases: dict[str, dict] = {}
+    aliases: dict[str, Any] = {}
     for number, url in enumerate((u.strip() for u in urls.split(",") if u.strip()), 1):
-        config = dj_database_url.parse(
+        config: Any = dj_database_url.parse(
             url, conn_max_age=primary["CONN_MAX_AGE"], conn_health_checks=True
         )
         config["OPTIONS"] = {**primary["OPTIONS"], **config.get("OPTIONS", {})}
