@@ -23,10 +23,11 @@ from typing import Any, cast
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
-from django.db import connection
+from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from atlas.replicas import read_connection
 from entities.access import Roles, roles_for
 from entities.models import Namespace
 
@@ -112,7 +113,7 @@ def estimated_rows(qs: QuerySet) -> int:
     planner itself believes.
     """
     if not qs.query.where:
-        with connection.cursor() as cursor:
+        with connections[qs.db].cursor() as cursor:
             cursor.execute(
                 "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
                 [qs.model._meta.db_table],
@@ -181,7 +182,7 @@ def loose_index_scan(
     if limit is not None:
         sql += " LIMIT %s"
         args.append(limit)
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(sql, args)
         return [tuple(row) for row in cursor.fetchall()]
 

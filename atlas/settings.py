@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -190,6 +191,43 @@ if ATLAS_DB_KEEPALIVES_IDLE_SECONDS > 0:
         ("keepalives_count", env_int("ATLAS_DB_KEEPALIVES_COUNT", 3)),
     ):
         DATABASES["default"]["OPTIONS"].setdefault(_name, _value)
+
+# --- read replicas (docs/deploy.md, "Read replicas") ------------------------------
+# ATLAS_READ_DATABASE_URLS: comma-separated URLs of streaming replicas of DATABASE_URL.
+# Each becomes an alias replica1, replica2, ... with the primary's OPTIONS (timeouts,
+# keepalives, prepared statements). atlas.replicas routes the log's read endpoints
+# there; writes, preconditions and authorization always use "default". Migrations
+# never run on them (the router), and in test runs they mirror "default", so the
+# suite behaves the same whether or not the variable is set.
+
+
+def read_databases(urls: str, primary: Any) -> dict[str, Any]:
+    """``{"replica1": {...}, ...}`` for a comma-separated list of replica URLs."""
+    aliases: dict[str, Any] = {}
+    for number, url in enumerate((u.strip() for u in urls.split(",") if u.strip()), 1):
+        config: Any = dj_database_url.parse(
+            url, conn_max_age=primary["CONN_MAX_AGE"], conn_health_checks=True
+        )
+        config["OPTIONS"] = {**primary["OPTIONS"], **config.get("OPTIONS", {})}
+        config["TEST"] = {"MIRROR": "default"}
+        aliases[f"replica{number}"] = config
+    return aliases
+
+
+_read_databases = read_databases(
+    os.environ.get("ATLAS_READ_DATABASE_URLS", ""), DATABASES["default"]
+)
+DATABASES.update(_read_databases)
+# The aliases atlas.replicas may route reads to (tests point it at a real replica).
+ATLAS_READ_DATABASE_ALIASES = list(_read_databases)
+DATABASE_ROUTERS = ["atlas.replicas.ReplicaRouter"]
+# Picks a replica for the read endpoints; after authentication, so users and sessions are
+# read from the primary. It does nothing while no replica is configured.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "atlas.replicas.ReplicaReadMiddleware",
+)
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [

@@ -18,6 +18,7 @@ from django.core import signing
 from rest_framework import serializers
 from rest_framework.request import Request
 
+from atlas import replicas
 from atlas.api.strict import QueryIntField, refuse_naming
 from atlas.exceptions import BadRequest, ValidationFailed
 
@@ -33,6 +34,15 @@ def _salt(scope: str, request: Request) -> str:
 
 
 def encode_token(scope: str, request: Request, position: dict[str, Any]) -> str:
+    """The signed token for ``position``.
+
+    With read replicas configured it also records ``r``, the head seq of the
+    server that served this page, read after its rows: the next page is served
+    only by a server that has replayed that far (``atlas.replicas``), so a
+    traversal never skips rows a lagging replica has not received yet.
+    """
+    if replicas.read_aliases():
+        position = {**position, "r": replicas.served_seq()}
     return signing.dumps(position, salt=_salt(scope, request), compress=True)
 
 
@@ -43,6 +53,9 @@ def decode_token(scope: str, request: Request, token: str) -> dict[str, Any]:
         raise BadRequest("The page token is invalid.", pointer="/page_token") from exc
     if not isinstance(value, dict):
         raise BadRequest("The page token is invalid.", pointer="/page_token")
+    replayed = value.get("r")
+    if type(replayed) is int:
+        replicas.need_replayed(replayed)
     return value
 
 

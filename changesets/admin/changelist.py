@@ -13,12 +13,12 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from django.contrib import admin
-from django.db import connection
 from django.db.models import Min, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from atlas.admin_mixins import admin_roles, loose_index_scan, readable_namespace_choices
+from atlas.replicas import read_connection
 from changesets.models import BASELINE
 
 # Filter choices listed at most (the URL still filters by any value).
@@ -109,7 +109,7 @@ class _DistinctFilter(admin.SimpleListFilter):
                 table="changesets_changeset", columns=[self.column], limit=MAX_CHOICES
             )
             return [row[0] for row in rows]
-        with connection.cursor() as cursor:
+        with read_connection().cursor() as cursor:
             cursor.execute(
                 f"SELECT DISTINCT {self.column} FROM ("
                 f" SELECT {self.column} FROM changesets_changeset"

@@ -19,9 +19,8 @@ import re
 import uuid
 from typing import Any
 
-from django.db import connection
-
 from atlas.admin_mixins import loose_index_scan
+from atlas.replicas import read_connection
 
 # The newest revisions of one entity that a search returns (a very busy key
 # has more; the date hierarchy and filters narrow further).
@@ -78,7 +77,7 @@ def matching_revisions(
         combos = [c for c in combos if c[1] in allowed]
     if not combos:
         return []
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(
             _MATCH_SQL,
             [

@@ -21,6 +21,7 @@ from atlas.api.auth import actor
 from atlas.api.idempotency import idempotent
 from atlas.api.openapi import PAGE_PARAMS, PROBLEM
 from atlas.exceptions import NotFound, PermissionDenied
+from atlas.replicas import replica_read
 from changesets.api import feed_serializers as s
 from changesets.models import Subscription
 from changesets.outbox import metrics
@@ -38,6 +39,7 @@ class ChangeFeedViewSet(viewsets.ViewSet):
         parameters=[s.FeedQuery],
         responses={200: s.FeedPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
+    @replica_read()
     def list(self, request: Request) -> Response:
         paging.check_known_params(request, s.FeedQuery.names())
         query = strict.validated(s.FeedQuery, request.query_params)

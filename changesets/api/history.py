@@ -32,6 +32,7 @@ from atlas.api.openapi import BRANCH_PARAM, PAGE_PARAMS, PROBLEM
 from atlas.api.representations import RevisionPageSerializer, revision_repr
 from atlas.api.viewsets import ViewSet
 from atlas.exceptions import BadRequest
+from atlas.replicas import replica_read
 from changesets.api.filters import NoNulField, TimestampField
 from changesets.selectors import diff as diffs
 from changesets.selectors import keys
@@ -107,6 +108,7 @@ class RevisionViewSet(ViewSet):
         parameters=[RevisionsQuery, *PAGE_PARAMS, BRANCH_PARAM],
         responses={200: RevisionListSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
+    @replica_read()
     def list(self, request: Request) -> Response:
         paging.check_known_params(request, {*RevisionsQuery.NAMES, "page_size", "page_token"})
         where = keys.RevisionFilter(**strict.validated(RevisionsQuery, request.query_params))
@@ -146,6 +148,7 @@ class DiffViewSet(ViewSet):
         parameters=[NamespaceDiffQuery, *PAGE_PARAMS, BRANCH_PARAM],
         responses={200: DiffPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
+    @replica_read()
     def list(self, request: Request) -> Response:
         paging.check_known_params(request, {*DIFF_NAMES, "page_size", "page_token"})
         values = strict.validated(NamespaceDiffQuery, request.query_params)

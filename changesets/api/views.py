@@ -35,6 +35,7 @@ from atlas.api.parsers import read_limited
 from atlas.api.provenance import request_context
 from atlas.api.render import rfc3339
 from atlas.exceptions import NotFound, UnsupportedMediaType
+from atlas.replicas import replica_read
 from changesets import ndjson
 from changesets.api import serializers as s
 from changesets.api.filters import ChangesetFilter, filter_digest
@@ -111,6 +112,7 @@ class ChangesetViewSet(viewsets.ViewSet):
         parameters=[ChangesetFilter, *PAGE_PARAMS],
         responses={200: r.ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},
     )
+    @replica_read()
     def list(self, request: Request) -> Response:
         paging.check_known_params(request, {*ChangesetFilter.NAMES, "page_size", "page_token"})
         filters = strict.validated(ChangesetFilter, request.query_params)

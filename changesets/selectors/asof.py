@@ -26,9 +26,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-
 from atlas.exceptions import BadRequest, NotFound
+from atlas.replicas import read_connection
 from changesets.models import BASELINE, Changeset
 from changesets.selectors.log import end_of_millisecond, seq_upto, visible_changesets
 from changesets.selectors.rows import from_micros
@@ -225,7 +224,7 @@ def entities_as_of(
             slug_prefix=slug_prefix,
             after=after,
         )
-        with connection.cursor() as cursor:
+        with read_connection().cursor() as cursor:
             cursor.execute(_AS_OF_SQL.format(where=where), [seq, *params, batch, seq, seq])
             rows = cursor.fetchall()
         out.extend(_entity(row) for row in rows if row[3] is not None)
@@ -238,7 +237,7 @@ def entities_as_of(
 def entity_as_of(*, seq: int, key: EntityKey) -> StoredEntity | None:
     """One entity as it stood right after changeset ``seq`` (None if absent then)."""
     sql = _AS_OF_SQL.format(where="namespace = %s AND kind = %s AND slug = %s")
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(sql, [seq, key.namespace, key.kind, key.slug, 1, seq, seq])
         row = cursor.fetchone()
     return _entity(row) if row and row[3] is not None else None

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonpatch
-from django.db import connection
 
 from atlas.exceptions import BadRequest
+from atlas.replicas import read_connection
 from changesets.models import BASELINE, Changeset
 from changesets.ops import canonical
 from changesets.selectors import asof
@@ -187,7 +187,7 @@ def namespace_diff(
     batch = limit + _SLACK
     while True:
         where, params = listing.where(after)
-        with connection.cursor() as cursor:
+        with read_connection().cursor() as cursor:
             cursor.execute(
                 _DIFF_SQL.format(where=where), [top, *params, batch, top, bottom, bottom, bottom]
             )

@@ -19,8 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import connection
-
+from atlas.replicas import read_connection
 from entities.store import load_json
 
 
@@ -136,7 +135,7 @@ def history_rows(
         args.append(before_seq)
     sql += f" ORDER BY {REVISION}.seq DESC LIMIT %s"
     args.append(limit)
-    with connection.cursor() as cursor:
+    with read_connection().cursor() as cursor:
         cursor.execute(sql, args)
         return [row_of(r) for r in cursor.fetchall()]
 

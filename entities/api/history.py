@@ -31,6 +31,7 @@ from atlas.api.openapi import AS_OF_PARAMS, BRANCH_PARAM, PAGE_PARAMS, PROBLEM
 from atlas.api.render import rfc3339
 from atlas.api.representations import RevisionPageSerializer, revision_repr
 from atlas.exceptions import NotFound
+from atlas.replicas import has_as_of, replica_read
 from changesets.models import Changeset
 from changesets.selectors import asof, keys
 from changesets.selectors import diff as diffs
@@ -97,6 +98,7 @@ class HistoryActions:
         responses={200: RevisionPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     @action(detail=True, methods=["get"])
+    @replica_read()
     def history(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
         paging.check_known_params(request, {"key", "page_size", "page_token"})
         pointer = strict.validated(HistoryQuery, request.query_params).get("key")
@@ -142,6 +144,7 @@ class HistoryActions:
         responses={200: BlameSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     @action(detail=True, methods=["get"])
+    @replica_read(when=has_as_of)
     def blame(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
         paging.check_known_params(request, {"as_of", "as_of_time"})
         key = path_key(namespace, kind, slug)
@@ -175,6 +178,7 @@ class HistoryActions:
         responses={200: EntityDiffSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
     @action(detail=True, methods=["get"])
+    @replica_read()
     def diff(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
         paging.check_known_params(request, {"from", "from_time", "to", "to_time"})
         values = strict.validated(DiffPointsQuery, request.query_params)

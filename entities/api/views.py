@@ -45,6 +45,7 @@ from atlas.api.representations import (
 )
 from atlas.api.viewsets import ViewSet
 from atlas.exceptions import NotFound
+from atlas.replicas import has_as_of, replica_read
 from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.selectors import asof
@@ -114,6 +115,7 @@ class EntityViewSet(HistoryActions, ViewSet):
         ],
         responses={200: s.EntityPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
     )
+    @replica_read(when=has_as_of)
     def list(self, request: Request) -> Response:
         namespace, kind, slug_prefix = _list_filters(request)
         store = store_for(request)
@@ -152,6 +154,7 @@ class EntityViewSet(HistoryActions, ViewSet):
         parameters=[BRANCH_PARAM, IF_NONE_MATCH_PARAM, *AS_OF_PARAMS],
         responses={200: s.EntitySerializer, 304: None, 400: PROBLEM, 404: PROBLEM},
     )
+    @replica_read(when=has_as_of)
     def retrieve(self, request: Request, namespace: str, kind: str, slug: str) -> Response:
         paging.check_known_params(request, {"as_of", "as_of_time"})
         key = path_key(namespace, kind, slug)
