@@ -373,7 +373,8 @@ def idempotent(handler: Callable[..., Any]) -> Callable[..., Any]:
 _CLAIM_SQL = (
     "INSERT INTO {table} (user_id, key, fingerprint, method, path, created_at,"
     " response_content_type, response_headers, lease_until)"
-    " VALUES (%s, %s, %s, %s, %s, now(), '', '{{}}', now() + make_interval(secs => %s))"
+    " VALUES (%s, %s, %s, %s, %s, statement_timestamp(), '', '{{}}',"
+    " statement_timestamp() + make_interval(secs => %s))"
     " ON CONFLICT (user_id, key) DO NOTHING RETURNING id"
 )
 
@@ -430,7 +431,7 @@ def _claim_lease(request: Request, key: str, fingerprint: str) -> IdempotencyRec
             raise _reused()
         if record.response_status is not None:
             return _replay(record)
-        if record.live:  # type: ignore[attr-defined]  # the annotation above
+        if record.live:  # the annotation above
             raise Conflict(MSG_IN_PROGRESS)
         if record.changeset_id is not None:
             raise ResponseLost(record.changeset_id)
