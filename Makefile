@@ -13,7 +13,7 @@ ENSURE_DB = @if [ -z "$$DATABASE_URL" ]; then \
 	echo "==> embedded PostgreSQL in .atlas/pgdata"; $(PY) -m atlas.embedded start; fi
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test stress lint fmt migrate db-start db-stop worker clean browser
+.PHONY: help venv run test stress lint fmt migrate db-start db-stop worker clean browser pgbouncer
 
 help:
 	@echo "make run       virtualenv, database, migrate, demo user, then web (gunicorn) + worker"
@@ -27,6 +27,7 @@ help:
 	@echo "make venv      create $(VENV) and install requirements-dev.txt (runtime + tools)"
 	@echo "make clean     remove caches and collected static files (keeps $(VENV) and data)"
 	@echo "make browser   install Debian's chromium for the e2e admin tests (as root; never fails)"
+	@echo "make pgbouncer install Debian's pgbouncer for the transaction-pooling tests (as root; never fails)"
 	@echo "make bench     benchmarks vs the peers (installs bench/requirements.txt; ~30 min)"
 	@echo "make bench-smoke  the same suite at CI size (a minute or two; scratch output)"
 
@@ -66,7 +67,23 @@ browser:
 		echo "!!! (install Debian's chromium package to run them) !!!"; \
 	fi
 
-test: lint browser
+# tests/atlas/test_pooling.py starts its own PgBouncer (transaction mode) in front of the test
+# database, from Debian's package: installed here when missing and we are root (never started
+# as a service). Never fails: without the binary those tests skip with that reason.
+PGBOUNCER ?= /usr/sbin/pgbouncer
+pgbouncer:
+	@if [ -x "$(PGBOUNCER)" ] || command -v pgbouncer >/dev/null 2>&1; then \
+		echo "==> pgbouncer for the pooling tests: $$(command -v pgbouncer || echo $(PGBOUNCER))"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "==> installing Debian's pgbouncer for the transaction-pooling tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null) \
+			|| echo "!!! could not install pgbouncer: the transaction-pooling tests will be SKIPPED !!!"; \
+	else \
+		echo "!!! no pgbouncer, and not root with apt-get: the transaction-pooling tests will be SKIPPED"; \
+		echo "!!! (install Debian's pgbouncer package to run them) !!!"; \
+	fi
+
+test: lint browser pgbouncer
 	$(ENSURE_DB)
 	$(PY) -m pytest $(PYTEST_ARGS)
 

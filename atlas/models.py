@@ -29,6 +29,10 @@ class IdempotencyRecord(models.Model):
     # A plain id, not a foreign key: the log is append-only (the changeset can
     # never go away) and the cross-cutting app stays free of changesets' migrations.
     changeset_id = models.UUIDField(null=True, blank=True)
+    # Under transaction pooling (no session to hold a lock in): until when this
+    # attempt is presumed alive. Null once the response is stored, and always
+    # under session locks.
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -29,6 +29,11 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
 DEBUG = env_bool("DEBUG", default=True)
 
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
@@ -133,6 +138,27 @@ TEMPLATES = [
 ]
 
 # --- database -----------------------------------------------------------------
+# docs/deploy.md, "Pooled (PgBouncer / RDS Proxy)". ATLAS_DB_POOLING says what sits
+# between Atlas and PostgreSQL: "" (nothing, or a session-mode pooler: a connection
+# is one server session for as long as it lives) or "transaction" (PgBouncer's
+# pool_mode = transaction, RDS Proxy: each transaction may run on another server
+# session, so nothing may live in the session: no session advisory locks, no
+# prepared statements, no LISTEN, no server-side cursors, no startup "options").
+ATLAS_DB_POOLING = os.environ.get("ATLAS_DB_POOLING", "").strip().lower()
+if ATLAS_DB_POOLING in ("none", "session"):
+    ATLAS_DB_POOLING = ""
+if ATLAS_DB_POOLING not in ("", "transaction"):
+    raise ImproperlyConfigured("ATLAS_DB_POOLING must be empty, 'session' or 'transaction'")
+_transaction_pooling = ATLAS_DB_POOLING == "transaction"
+# A URL that reaches PostgreSQL itself (not the transaction pooler), for the one
+# thing that needs a session of its own: the journal relay's LISTEN and leader lock.
+# Unset under transaction pooling, the relay polls (ATLAS_JOURNAL_RELAY_POLL_SECONDS).
+ATLAS_DIRECT_DATABASE_URL = os.environ.get("ATLAS_DIRECT_DATABASE_URL", "")
+# Django's own connection pool (psycopg_pool) in each process: an alternative to a
+# pooler in front, for a deployment without one. Connections go back to the pool at
+# the end of each request (so persistent connections are off) and are reset there.
+ATLAS_DB_POOL = env_bool("ATLAS_DB_POOL", default=False)
+
 _database_url = os.environ.get("DATABASE_URL", "")
 if not _database_url:
     from atlas.embedded import database_url as _embedded_database_url
@@ -140,7 +166,9 @@ if not _database_url:
     _database_url = _embedded_database_url()
 DATABASES = {
     "default": dj_database_url.parse(
-        _database_url, conn_max_age=env_int("ATLAS_DB_CONN_MAX_AGE", 60), conn_health_checks=True
+        _database_url,
+        conn_max_age=0 if ATLAS_DB_POOL else env_int("ATLAS_DB_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
     )
 }
 DATABASES["default"].setdefault("OPTIONS", {})
@@ -148,17 +176,44 @@ DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault(
     "connect_timeout", env_int("ATLAS_DB_CONNECT_TIMEOUT", 5)
 )
+if _transaction_pooling:
+    # A named cursor (QuerySet.iterator()) is a portal in one server session.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+
+
+def reset_pooled_session(conn: Any) -> None:
+    """psycopg_pool's ``reset``: no session state outlives a connection's borrower.
+
+    A connection goes back to the pool at the end of each request or task; a
+    session advisory lock it still holds (an Idempotency-Key whose unlock could
+    not be confirmed, the journal relay's leader lock) or a LISTEN would
+    otherwise pass to the next borrower. Raising discards the connection.
+    """
+    conn.execute("UNLISTEN *")
+    conn.execute("SELECT pg_advisory_unlock_all()")
+
+
+if ATLAS_DB_POOL:
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": env_int("ATLAS_DB_POOL_MIN_SIZE", 2),
+        "max_size": env_int("ATLAS_DB_POOL_MAX_SIZE", 10),
+        # A request waits at most this long for a free connection, then fails (503).
+        "timeout": env_float("ATLAS_DB_POOL_TIMEOUT_SECONDS", 10),
+        "reset": reset_pooled_session,
+    }
 # A transaction that stalls while holding the log head's lock (a paused or
 # partitioned process) stops every writer; PostgreSQL ends it after this long
 # idle inside a transaction (docs/reliability.md, item 2). Legitimate idles
 # are short: web writes hold a transaction for milliseconds, journal publishing
 # for its hooks plus a broker enqueue, a webhook delivery for one POST
 # (ATLAS_WEBHOOK_TIMEOUT_SECONDS); the operator commands do not idle inside
-# transactions. 0 turns it off.
+# transactions. 0 turns it off. Under transaction pooling it is not sent (a
+# pooler refuses or drops startup "options"): set the pooler's own
+# (PgBouncer's idle_transaction_timeout) or the role's (ALTER ROLE ... SET).
 ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_int(
     "ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 60
 )
-if ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS > 0:
+if ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS > 0 and not _transaction_pooling:
     _options = DATABASES["default"]["OPTIONS"].get("options", "")
     DATABASES["default"]["OPTIONS"]["options"] = (
         f"{_options} -c idle_in_transaction_session_timeout="
@@ -166,18 +221,26 @@ if ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS > 0:
     ).strip()
 # The hot statements (role lookup, a write's lock and log statement) are prepared
 # once per connection (atlas/db.py). Prepared statements live in the server
-# session: turn this off behind a pooler in transaction mode.
-ATLAS_DB_PREPARED_STATEMENTS = env_bool("ATLAS_DB_PREPARED_STATEMENTS", default=True)
+# session, so they are off under transaction pooling (PgBouncer 1.18, Debian 12's,
+# has no protocol-level prepared statements; docs/deploy.md).
+ATLAS_DB_PREPARED_STATEMENTS = env_bool(
+    "ATLAS_DB_PREPARED_STATEMENTS", default=not _transaction_pooling
+)
 if ATLAS_DB_PREPARED_STATEMENTS:
     # Django passes None (never prepare); only atlas.db's cursors ask to. Their
     # statements look rows up by key arrays through unique indexes, a plan that
     # fits every size: the generic plan skips planning on each execution
     # (PostgreSQL kept re-planning the lock statement for each write).
     DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
-    _options = DATABASES["default"]["OPTIONS"].get("options", "")
-    DATABASES["default"]["OPTIONS"]["options"] = (
-        f"{_options} -c plan_cache_mode=force_generic_plan"
-    ).strip()
+    if not _transaction_pooling:
+        _options = DATABASES["default"]["OPTIONS"].get("options", "")
+        DATABASES["default"]["OPTIONS"]["options"] = (
+            f"{_options} -c plan_cache_mode=force_generic_plan"
+        ).strip()
+else:
+    # psycopg never prepares (Django's default, said out loud): atlas.db's cursors
+    # still bind server-side, in unnamed statements, which any pooler passes.
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
 # libpq TCP keepalives: a connection to a PostgreSQL that vanished (host down,
 # network cut) fails after idle + interval x count seconds instead of the OS's
 # two hours, so a worker waiting on it answers 503 rather than hanging. 0 keeps
@@ -262,6 +325,11 @@ ATLAS_MAX_BATCH_OPS = env_int("ATLAS_MAX_BATCH_OPS", 10_000)
 ATLAS_MAX_BODY_BYTES = env_int("ATLAS_MAX_BODY_BYTES", 64 * 1024 * 1024)
 ATLAS_DEV_AUTHOR_HEADER = env_bool("ATLAS_DEV_AUTHOR_HEADER", default=False)
 ATLAS_IDEMPOTENCY_TTL_HOURS = env_int("ATLAS_IDEMPOTENCY_TTL_HOURS", 24)
+# Under transaction pooling an Idempotency-Key's attempt holds a lease, not a session
+# lock (atlas.api.idempotency): a retry within this long of a killed attempt is "in
+# progress" (409). Longer than a request can run (gunicorn's default timeout is 30 s);
+# a slower attempt is not unsafe, only superseded: its write rolls back.
+ATLAS_IDEMPOTENCY_LEASE_SECONDS = env_float("ATLAS_IDEMPOTENCY_LEASE_SECONDS", 60)
 ATLAS_ALLOW_PRIVATE_WEBHOOKS = env_bool("ATLAS_ALLOW_PRIVATE_WEBHOOKS", default=DEBUG)
 # /metrics answers superusers and a scraper sending "Authorization: Bearer <this>";
 # empty = no bearer token accepted (docs/feed.md, "Metrics").
@@ -365,11 +433,6 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".atlas" / "celerybeat-schedule")
 # pump or sweep task. Connections follow Django's CONN_MAX_AGE instead, applied around
 # each task by atlas.celery.apply_django_connection_rule.
 CELERY_DB_REUSE_MAX = 2**31
-
-
-def env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value not in (None, "") else default
 
 
 # The web tier enqueues only a subscription's pump after a change to it: when the broker

@@ -32,13 +32,39 @@ response, or answers 422 for a different request, or 409 "in progress".
 Why an advisory lock rather than a row lock or a second connection: the lock
 lives in the request's own session, costs one round trip each way, blocks
 nobody (``try``), and needs no extra connection per request. Its limits:
-it needs a session of its own for the request, so it does not work behind a
-transaction-pooling PgBouncer (session pooling or direct connections only);
-session locks are re-entrant, so the wrapper also refuses a key this very
-connection already holds (a nested call in one thread), and if unlocking fails
-it closes the connection, so a lock can never outlive its request in a reused
-persistent connection. A hash collision between two live keys costs a
-spurious 409 for one of them (odds about 2^-64 per pair).
+it needs a session of its own for the request; session locks are re-entrant,
+so the wrapper also refuses a key this very connection already holds (a
+nested call in one thread), and if unlocking fails it closes the connection,
+so a lock can never outlive its request in a reused persistent connection
+(Django's own pool resets returned connections: ``settings.reset_pooled_session``).
+A hash collision between two live keys costs a spurious 409 for one of them
+(odds about 2^-64 per pair).
+
+**Under transaction pooling** (``ATLAS_DB_POOLING=transaction``: PgBouncer in
+``pool_mode = transaction``, RDS Proxy) a request has no session of its own,
+so liveness is a **lease on the record row** instead:
+
+1. The claim is one statement, ``INSERT … ON CONFLICT (user, key) DO NOTHING
+   RETURNING id``, with ``lease_until`` = the database's clock plus
+   ``ATLAS_IDEMPOTENCY_LEASE_SECONDS``. Whoever inserts runs the request.
+2. A retry that finds the row reads it with "is the lease still running" by
+   the same clock: running → 409 in progress; ended and marked →
+   ``idempotency-response-lost``; ended and unmarked → it deletes that row
+   (``DELETE … WHERE id = … AND changeset_id IS NULL AND lease ended``, so it
+   cannot delete a row whose write committed meanwhile) and claims anew.
+3. An attempt that ends without storing a response (an error, the process
+   going down) ends its lease at once, so a retry does not wait it out;
+   only a process killed outright leaves the lease to run out.
+4. **The write is fenced by its row**: the mark is an ``UPDATE … WHERE id =
+   <this attempt's row>`` inside the write's transaction, and a write whose
+   row is gone (a retry took over after its lease ran out) raises, rolling
+   back. A slow attempt therefore never writes a second changeset: it is
+   superseded and answers 409, whatever the lease length. The fence is kept
+   under session locks too (it costs nothing there), which also makes
+   switching ``ATLAS_DB_POOLING`` on a running deployment safe.
+
+The price against the session lock: after a process is killed outright, a
+retry answers 409 until the lease runs out, rather than at once.
 
 Writes that are not changesets (namespaces, grants, branch create/abandon,
 subscriptions) do not pass through the write hook, so for them "dead and
@@ -63,6 +89,8 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models.functions import Now
 from django.http import HttpResponse
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
@@ -88,6 +116,12 @@ _HELD_ATTRIBUTE = "_atlas_idempotency_locks"
 
 MSG_IN_PROGRESS = f"A request with this {HEADER} is still in progress."
 MSG_REUSED = f"This {HEADER} was used for a different request."
+MSG_SUPERSEDED = (
+    f"This request took longer than its {HEADER} lease, and a retry of it took over;"
+    " nothing was written by this one. Retry to read the key's answer."
+)
+# Rounds of "claim, else find the earlier attempt dead and remove it" before 409.
+_LEASE_CLAIM_ROUNDS = 3
 
 
 class ResponseLost(Conflict):
@@ -262,6 +296,7 @@ def _store(record: IdempotencyRecord, response: Any) -> HttpResponse:
         response_body=body,
         response_content_type=content_type,
         response_headers=headers,
+        lease_until=None,
     )
     stored = IdempotencyRecord(
         response_status=response.status_code,
@@ -283,7 +318,10 @@ def _run(
     **kwargs: Any,
 ) -> Any:
     def mark(changeset: Any) -> None:
-        IdempotencyRecord.objects.filter(pk=record.pk).update(changeset_id=changeset.id)
+        # The fence: this attempt's row is gone only if a retry took over (its
+        # lease ran out); raising here rolls this write back.
+        if not IdempotencyRecord.objects.filter(pk=record.pk).update(changeset_id=changeset.id):
+            raise Conflict(MSG_SUPERSEDED)
 
     try:
         with in_write_transaction(mark):
@@ -314,6 +352,8 @@ def idempotent(handler: Callable[..., Any]) -> Callable[..., Any]:
                 errors=[{"pointer": f"/headers/{HEADER}", "detail": "Invalid key."}],
             )
         fingerprint = _fingerprint(request)
+        if settings.ATLAS_DB_POOLING == "transaction":
+            return _leased(handler, view, request, key, fingerprint, *args, **kwargs)
         lock = lock_id(request.user.pk, key)
         if not _try_lock(lock):
             return _busy(request, key, fingerprint)
@@ -326,3 +366,113 @@ def idempotent(handler: Callable[..., Any]) -> Callable[..., Any]:
             _unlock(lock)
 
     return wrapper
+
+
+# --- leases, under transaction pooling (the module docstring's second part) ----------
+
+_CLAIM_SQL = (
+    "INSERT INTO {table} (user_id, key, fingerprint, method, path, created_at,"
+    " response_content_type, response_headers, lease_until)"
+    " VALUES (%s, %s, %s, %s, %s, statement_timestamp(), '', '{{}}',"
+    " statement_timestamp() + make_interval(secs => %s))"
+    " ON CONFLICT (user_id, key) DO NOTHING RETURNING id"
+)
+
+
+def _insert_claim(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | None:
+    """This attempt's new row with a running lease, or None when the key has a row."""
+    table = IdempotencyRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CLAIM_SQL.format(table=connection.ops.quote_name(table)),
+            [
+                actor(request).pk,
+                key,
+                fingerprint,
+                _method(request),
+                request.get_full_path(),
+                settings.ATLAS_IDEMPOTENCY_LEASE_SECONDS,
+            ],
+        )
+        row = cursor.fetchone()
+    return None if row is None else IdempotencyRecord(pk=row[0])
+
+
+def _lease_ended() -> Q:
+    # Null: a record made under session locks (ATLAS_DB_POOLING switched on a
+    # running deployment); its write is fenced all the same, so it counts as ended.
+    return Q(lease_until__isnull=True) | Q(lease_until__lte=Now())
+
+
+def _claim_lease(request: Request, key: str, fingerprint: str) -> IdempotencyRecord | HttpResponse:
+    """A new record with a running lease for this attempt, or the earlier answer.
+
+    1. Insert the claim; done if it went in.
+    2. Else read the key's row, with whether its lease still runs (database clock).
+    3. Expired (TTL), or dead with nothing written: remove it by id, conditionally,
+       and go round again. Otherwise answer from it: 422, replay, 409 or 409 lost.
+    """
+    for _ in range(_LEASE_CLAIM_ROUNDS):
+        claimed = _insert_claim(request, key, fingerprint)
+        if claimed is not None:
+            return claimed
+        live = ExpressionWrapper(Q(lease_until__gt=Now()), output_field=BooleanField())
+        record = (
+            IdempotencyRecord.objects.filter(user=actor(request), key=key)
+            .annotate(live=live)
+            .first()
+        )
+        if record is None:
+            continue  # removed since the insert: claim again
+        if _expired(record):
+            IdempotencyRecord.objects.filter(pk=record.pk).delete()
+            continue
+        if record.fingerprint != fingerprint:
+            raise _reused()
+        if record.response_status is not None:
+            return _replay(record)
+        if record.live:  # the annotation above
+            raise Conflict(MSG_IN_PROGRESS)
+        if record.changeset_id is not None:
+            raise ResponseLost(record.changeset_id)
+        # Dead, and (when the delete matches) its write never committed: run anew.
+        IdempotencyRecord.objects.filter(
+            _lease_ended(),
+            pk=record.pk,
+            changeset_id__isnull=True,
+            response_status__isnull=True,
+        ).delete()
+    raise Conflict(MSG_IN_PROGRESS)
+
+
+def _end_lease(record: IdempotencyRecord) -> None:
+    """The attempt is over without a stored response: let a retry decide now."""
+    try:
+        IdempotencyRecord.objects.filter(pk=record.pk, response_status__isnull=True).update(
+            lease_until=Now()
+        )
+    except DatabaseError:
+        # The database is away; the lease runs out by itself.
+        logger.warning("could not end idempotency lease %s", record.pk, exc_info=True)
+
+
+def _leased(
+    handler: Callable[..., Any],
+    view: Any,
+    request: Request,
+    key: str,
+    fingerprint: str,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    claimed = _claim_lease(request, key, fingerprint)
+    if isinstance(claimed, HttpResponse):
+        return claimed
+    stored = False
+    try:
+        response = _run(handler, claimed, view, request, *args, **kwargs)
+        stored = response.status_code < 500  # else _run released (or kept) the record
+        return response
+    finally:
+        if not stored:
+            _end_lease(claimed)

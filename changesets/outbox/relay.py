@@ -22,7 +22,17 @@ commits close behind one another share one batch.
 It runs in every Celery worker's main process (``worker_ready``), or alone
 (``manage.py journal_relay``); a session advisory lock keeps one relay
 active, and the others take over within a poll interval when its session
-ends. Entries are handled once each, in seq order (see
+ends.
+
+The lock and the LISTEN need a session of their own. Behind a transaction
+pooler (``ATLAS_DB_POOLING=transaction``) the relay takes them on a
+connection of its own to ``ATLAS_DIRECT_DATABASE_URL`` (PostgreSQL itself)
+and publishes through the pooled connection as everything else does; with
+no direct URL it **polls** instead: every relay reads for outstanding
+entries each ``ATLAS_JOURNAL_RELAY_POLL_SECONDS``, with no lock and no
+LISTEN. That is safe without a leader because publishing claims entries
+``FOR UPDATE SKIP LOCKED`` (``journal``): two relays never publish one entry,
+they only both look. Entries are handled once each, in seq order (see
 :meth:`JournalRelay.relay_pending`); one still ``committed`` later (failed
 hooks, a lost message, a relay that was down) is the beat sweep's and
 ``recover_batches``'s.
@@ -98,11 +108,27 @@ class JournalRelay:
                     connection.close()
             self.stop.wait(min(self.poll_seconds, 1.0))
 
+    @property
+    def mode(self) -> str:
+        """``listen`` (leader lock and LISTEN on a session) or ``poll`` (no session)."""
+        if settings.ATLAS_DB_POOLING == "transaction" and not settings.ATLAS_DIRECT_DATABASE_URL:
+            return "poll"
+        return "listen"
+
     def _session(self) -> None:
-        # This thread's own connection, used raw (psycopg, autocommit): the lock
-        # and the LISTEN belong to its session, so nothing may swap it underneath.
-        connection.ensure_connection()
-        raw = connection.connection
+        if self.mode == "poll":
+            self._poll()
+        elif settings.ATLAS_DB_POOLING == "transaction":
+            # The lock and the LISTEN on a session of our own, past the pooler.
+            with psycopg.connect(settings.ATLAS_DIRECT_DATABASE_URL, autocommit=True) as direct:
+                self._lead(direct)
+        else:
+            # This thread's own connection, used raw (psycopg, autocommit): the lock
+            # and the LISTEN belong to its session, so nothing may swap it underneath.
+            connection.ensure_connection()
+            self._lead(connection.connection)
+
+    def _lead(self, raw: Any) -> None:
         if not raw.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY]).fetchone()[0]:
             self.stop.wait(self.poll_seconds)  # another relay is active
             return
@@ -113,6 +139,20 @@ class JournalRelay:
             self.relay_pending(raw)
             self.wakes.flush()
             self._wait(raw)
+
+    def _poll(self) -> None:
+        """No session to hold a lock or a LISTEN in: look every poll interval."""
+        self.mark = None
+        self.active.set()
+        while not self.stop.is_set():
+            connection.ensure_connection()
+            self.relay_pending(connection.connection)
+            self.wakes.flush()
+            deadline = time.monotonic() + self.poll_seconds
+            due = self.wakes.next_due()
+            self.stop.wait(
+                max(min(deadline, due if due is not None else deadline) - time.monotonic(), 0)
+            )
 
     def _wait(self, raw: Any) -> None:
         """Until the first notification (any number may have queued: the next

@@ -7,6 +7,11 @@ attempt that died (its process killed, its database gone) is told apart by
 the key's advisory lock (nobody holds it) and the record's changeset mark
 (set inside the write's transaction): unmarked, a retry runs the request;
 marked, a retry answers 409 naming the changeset and never writes again.
+
+Every test runs twice: with session advisory locks (the default) and with
+row leases (``ATLAS_DB_POOLING=transaction``); tests of the lock itself pin
+``claims`` to ``session-lock``, and tests/atlas/test_pooling.py has the
+lease's own.
 """
 
 from __future__ import annotations
@@ -54,6 +59,16 @@ def assert_replay(first: Any, again: Any) -> None:
     assert again["Content-Type"] == first["Content-Type"]
     assert again[REPLAYED] == "true"
     assert not first.has_header(REPLAYED)
+
+
+@pytest.fixture(autouse=True, params=["session-lock", "lease"])
+def claims(request, settings) -> str:
+    """How an attempt holds its key: a session advisory lock, or a lease on its row."""
+    settings.ATLAS_DB_POOLING = "transaction" if request.param == "lease" else ""
+    return request.param
+
+
+session_locks_only = pytest.mark.parametrize("claims", ["session-lock"], indirect=True)
 
 
 @pytest.fixture
@@ -345,6 +360,7 @@ def test_a_server_error_after_the_write_committed_keeps_the_key(api, monkeypatch
     assert Changeset.objects.count() == 1
 
 
+@session_locks_only
 def test_a_record_without_a_response_is_in_progress_while_its_lock_is_held(
     api, writer, monkeypatch
 ):
@@ -364,6 +380,7 @@ def test_a_record_without_a_response_is_in_progress_while_its_lock_is_held(
     assert Changeset.objects.count() == 1
 
 
+@session_locks_only
 def test_the_lock_of_another_key_or_user_does_not_block(api, writer):
     with other_session() as other:
         other.execute("SELECT pg_advisory_lock(%s)", [lock_id(writer.pk + 1, "k-1")])
@@ -382,6 +399,7 @@ def test_no_advisory_lock_outlives_a_request(api, monkeypatch):
     assert advisory_locks_of_this_session() == 0
 
 
+@session_locks_only
 @pytest.mark.django_db(transaction=True)
 def test_a_lock_that_cannot_be_confirmed_released_closes_the_connection(
     make_user, namespace, client_for, monkeypatch

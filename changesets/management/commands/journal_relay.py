@@ -41,7 +41,12 @@ class Command(BaseCommand):
         try:
             while not relay.stop.wait(1.0):
                 if relay.active.is_set() and not announced:
-                    self.stdout.write("journal relay: active (listening on atlas_journal)")
+                    how = (
+                        f"polling every {relay.poll_seconds:g} s"
+                        if relay.mode == "poll"
+                        else "listening on atlas_journal"
+                    )
+                    self.stdout.write(f"journal relay: active ({how})")
                     self.stdout.flush()
                     announced = True
                 if report_seconds and time.monotonic() >= next_report:
