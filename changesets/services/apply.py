@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
+from changesets import chain
 from changesets.exceptions import TooManyOps
 from changesets.hooks import run_write_hooks
 from changesets.models import BASELINE, Changeset, LogHead, Rpc
@@ -299,11 +300,13 @@ def _record(
         metadata=metadata,
         context=context,
     )
+    salts = [chain.new_salt() for _ in changes]
     changed = _write_log(
         changeset,
         changes,
         now=now,
-        revisions_hex=log_statement.revisions_digest(changes, branch),
+        salts=salts,
+        revisions_hex=log_statement.revisions_digest(changes, branch, salts),
         journal=branch == BASELINE,
         entity_sql=entity_sql,
     )
@@ -338,6 +341,7 @@ def _write_log(
     *,
     now: datetime,
     revisions_hex: str,
+    salts: Sequence[bytes],
     journal: bool,
     entity_sql: WriteSql,
 ) -> list[list[str]]:
@@ -352,7 +356,12 @@ def _write_log(
     """
     sql = log_statement.statement(entity_sql, journal=journal)
     values = log_statement.params(
-        changeset, changes, now=now, revisions_hex=revisions_hex, entity_sql=entity_sql
+        changeset,
+        changes,
+        now=now,
+        revisions_hex=revisions_hex,
+        salts=salts,
+        entity_sql=entity_sql,
     )
     with prepared_cursor() as cursor:
         cursor.execute(sql, values)
