@@ -38,7 +38,7 @@ import hmac
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -258,6 +258,9 @@ class Stats:
 
     erased_images: int = 0
     erased_members: int = 0
+    # (namespace, kind, slug, member) of every erased member seen: each must be
+    # reached by a recorded erasure (``verify_log`` checks).
+    erased: set[tuple[str, str, str, str]] = field(default_factory=set)
     v1_recomputed: int = 0
     v1_committed: int = 0
     v1_head: tuple[int, str] | None = None
@@ -286,6 +289,8 @@ def _erased_break(changeset: Any, revisions: list[Any], stats: Stats) -> Break |
             if erased:
                 stats.erased_images += 1
                 stats.erased_members += len(erased)
+                key = (revision.namespace, revision.kind, revision.slug)
+                stats.erased.update((*key, name) for name in erased)
             for name in erased:
                 if image is None or name not in image or not holds_erased(image[name]):
                     return Break(
@@ -389,3 +394,39 @@ def verify(
         if checked and head.hash != prev:
             return checked, Break(head.seq, None, "the log head's hash is not the last changeset's")
     return checked, None
+
+
+ERASURE_VERSION = b"atlas-erasure-v1"
+
+
+def erasure_hash(*, prev_hash: str, erasure: Any) -> str:
+    """An erasure record's link in the erasures' own chain (who, when, why, where; no values).
+
+    Erasures destroy values the log chain can no longer recompute, so the
+    records of them are chained too: a forged, edited or removed erasure
+    record breaks this chain, which ``verify_log`` walks in id order.
+    """
+    body = {
+        "id": str(erasure.id),
+        "author": erasure.author_name,
+        "at": _timestamp(erasure.at),
+        "reason": erasure.reason,
+        "targets": erasure.targets,
+        "revisions_redacted": erasure.revisions_redacted,
+        "changesets": [str(c) for c in erasure.changeset_ids],
+    }
+    digest = hashlib.sha256(ERASURE_VERSION)
+    digest.update(prev_hash.encode())
+    digest.update(_canonical(body))
+    return digest.hexdigest()
+
+
+def erasure_covers(targets: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str, str]]:
+    """(namespace, kind, slug, top-level member) that an erasure's targets reach."""
+    covered = set()
+    for t in targets:
+        for pointer in t.get("pointers", []):
+            first = pointer.split("/")[1] if pointer.count("/") else ""
+            member = first.replace("~1", "/").replace("~0", "~")
+            covered.add((t["namespace"], t["kind"], t["slug"], member))
+    return covered
