@@ -369,6 +369,9 @@ class Erasure(AppendOnlyModel):
     reason = models.TextField()
     # [{"namespace", "kind", "slug", "pointers": [...]}]
     targets = models.JSONField()
+    # The targets' namespaces, sorted: ``GET /erasures`` lists an erasure to
+    # callers who can read all of them.
+    namespaces = ArrayField(models.CharField(max_length=200), default=list)
     revisions_redacted = models.PositiveIntegerField(default=0)
     # The EraseEntity changesets this erasure wrote (baseline first, then branches).
     changeset_ids = ArrayField(models.UUIDField(), default=list, blank=True)

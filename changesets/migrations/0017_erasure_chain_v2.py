@@ -140,6 +140,7 @@ class Migration(migrations.Migration):
                 ('at', models.DateTimeField()),
                 ('reason', models.TextField()),
                 ('targets', models.JSONField()),
+                ('namespaces', django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=200), default=list, size=None)),
                 ('revisions_redacted', models.PositiveIntegerField(default=0)),
                 ('changeset_ids', django.contrib.postgres.fields.ArrayField(base_field=models.UUIDField(), blank=True, default=list, size=None)),
                 ('prev_hash', models.CharField(max_length=64)),

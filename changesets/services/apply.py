@@ -173,6 +173,41 @@ def changeset_apply_planned(
     return PlannedResult(result.changeset, [op_repr(op) for op in planned], dry_run, result)
 
 
+def changeset_apply_within(
+    *,
+    store: EntityStore,
+    actor: User,
+    rpc: Rpc | str,
+    keys: Sequence[EntityKey],
+    plan: Planner,
+    comment: str = "",
+    dry_run: bool = False,
+    context: Mapping[str, Any] | None = None,
+) -> ApplyResult:
+    """One attempt of :func:`changeset_apply` with ``plan``, inside the caller's transaction.
+
+    For a service whose changeset must commit together with other work (an
+    erasure writes its ``EraseEntity`` changesets and redacts the log in one
+    transaction). The caller has authorized the write, owns the transaction
+    and retries it whole: a lost race or a deadlock propagates from here.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("changeset_apply_within() needs the caller's transaction")
+    with transaction.atomic():
+        return _apply_once(
+            store=store,
+            actor=actor,
+            ops=(),
+            plan=plan,
+            plan_keys=keys,
+            rpc=str(rpc),
+            comment=comment,
+            dry_run=dry_run,
+            check_permissions=False,
+            provenance=(None, context),
+        )
+
+
 def _apply_once(
     *,
     store: EntityStore,
