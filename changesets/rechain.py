@@ -69,7 +69,8 @@ def _chunks(cursor: Any) -> Iterator[list[tuple[Any, list[Any]]]]:
         rows = [SimpleNamespace(**dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
         if not rows:
             return
-        taken, budget = [], 0
+        taken: list[Any] = []
+        budget = 0
         for row in rows:
             if taken and budget + row.op_count > REVISION_BUDGET:
                 break

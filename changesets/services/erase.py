@@ -50,7 +50,7 @@ MSG_REASON = "Say why (at most 2000 characters)."
 
 # ``overlays(keys)`` → stores of the open branches whose overlay holds any of
 # ``keys``. Registered by the branches app (``changesets`` never imports it).
-OverlayFinder = Callable[[Sequence[EntityKey]], list[EntityStore]]
+OverlayFinder = Callable[[Sequence[EntityKey]], Sequence[EntityStore]]
 _overlay_finders: list[OverlayFinder] = []
 
 
@@ -226,7 +226,7 @@ def _erase_once(
     written = []
     stores: list[EntityStore] = [baseline]
     for finder in _overlay_finders:
-        stores += finder(keys)
+        stores += list(finder(keys))
     for store in stores:  # 1, 2
         result = changeset_apply_within(
             store=store,
