@@ -15,9 +15,10 @@ of that member's value, not the value:
 
 1. Every revision row has a random 16-byte ``salt``.
 2. Member ``name`` of side ``before``/``after`` has the key
-   ``HMAC-SHA256(salt, side + NUL + name)``, and the digest
-   ``HMAC-SHA256(key, canonical(value))``. Keys are independent: knowing one
-   member's key says nothing about another's, nor about the salt.
+   ``BLAKE2b-256(side + NUL + name, key=salt)``, and the digest
+   ``BLAKE2b-256(canonical(value), key=key)`` (keyed BLAKE2b is a MAC). Keys
+   are independent: knowing one member's key says nothing about another's,
+   nor about the salt.
 3. An erasure (``changesets.services.erase``) replaces the value with
    ``"[erased]"``, sets the salt to NULL and keeps, in ``sealed``, the digest
    of each erased member (``{"d": hex}``) and the key of every other member
@@ -34,7 +35,6 @@ its v2 header).
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -60,13 +60,23 @@ def new_salt() -> bytes:
     return os.urandom(SALT_BYTES)
 
 
+# One encoder, built once: ``json.dumps`` with options builds a new one per call,
+# which is most of a member digest's cost. Same output as ``_canonical``.
+_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
 def member_key(salt: bytes, side: str, name: str) -> bytes:
-    """The key of one member of one image (step 2 of the module docstring)."""
-    return hmac.digest(salt, f"{side}\0{name}".encode(), "sha256")
+    """The key of one member of one image (step 2 of the module docstring).
+
+    Keyed BLAKE2b is a PRF/MAC by design (no length extension), and about
+    three times faster than HMAC-SHA256 here, which matters: a write makes two
+    of these per top-level member of each image.
+    """
+    return hashlib.blake2b(f"{side}\0{name}".encode(), key=salt, digest_size=32).digest()
 
 
 def member_digest(key: bytes, value: Any) -> str:
-    return hmac.digest(key, _canonical(value), "sha256").hex()
+    return hashlib.blake2b(_encode(value).encode(), key=key, digest_size=32).hexdigest()
 
 
 def image_digests(

@@ -152,7 +152,7 @@ class Revision(AppendOnlyModel):
     # only, in the index) answers key-filtered history from it.
     changed = ArrayField(models.TextField(), default=list)
     # The chain's salt (``changesets.chain``, v2): the images' top-level members
-    # are committed to as HMACs keyed from it. An erasure sets it to NULL and
+    # are committed to as MACs keyed from it. An erasure sets it to NULL and
     # keeps what verification still needs in ``sealed``: the kept digest of each
     # erased member and the key of every other one. The only UPDATE the guard
     # (migration 0017) lets through is that one.
