@@ -375,3 +375,26 @@ def close_branch(
         status=str(status), closed_at=now, merged_changeset_id=merged_changeset_id
     )
     BranchEntity.objects.filter(branch_id=branch_id).delete()
+
+
+def overlay_stores_holding(keys: Sequence[EntityKey]) -> list[BranchStore]:
+    """Stores of the open branches whose overlay holds live content for any of ``keys``.
+
+    An erasure (``changesets.services.erase``) writes its ``EraseEntity``
+    changeset on each of them; a branch without an overlay row for a key reads
+    it through from baseline, which the erasure has already redacted.
+    """
+    if not keys:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT o.branch_id FROM branches_branchentity o"
+            " JOIN branches_branch b ON b.id = o.branch_id"
+            " JOIN (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
+            "  FROM jsonb_array_elements(%s::jsonb) v) k"
+            "  ON o.namespace_id = k.ns AND o.kind = k.kind AND o.slug = k.slug"
+            " WHERE b.status = %s AND NOT o.deleted ORDER BY o.branch_id",
+            [_keys_json(list(keys)), str(BranchStatus.OPEN)],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+    return [BranchStore(branch) for branch in Branch.objects.filter(pk__in=ids).order_by("pk")]

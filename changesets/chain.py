@@ -1,4 +1,4 @@
-"""The tamper-evident log: a hash chain over changesets in seq order.
+"""The tamper-evident log: a hash chain over changesets in seq order (v2).
 
 Each changeset's ``hash`` is SHA-256 over the previous changeset's hash, a
 canonical encoding of its own fields, and a digest of its revisions, so an
@@ -7,35 +7,127 @@ breaks every hash from there on. ``verify_log`` recomputes the chain;
 ``GET /api/v1/log/head`` publishes the newest seq and hash so that others
 can anchor it (keep a copy elsewhere; a rewritten log can't match it).
 
+Why v2 commits to member digests, not images (docs/architecture.md, "A
+chain that survives erasure"): an erasure must be able to destroy a value
+and leave the rest of the log verifiable. So a revision's digest line holds,
+for each top-level member of its before and after images, a salted digest
+of that member's value, not the value:
+
+1. Every revision row has a random 16-byte ``salt``.
+2. Member ``name`` of side ``before``/``after`` has the key
+   ``BLAKE2b-256(side + NUL + name, key=salt)``, and the digest
+   ``BLAKE2b-256(canonical(value), key=key)`` (keyed BLAKE2b is a MAC). Keys
+   are independent: knowing one member's key says nothing about another's,
+   nor about the salt.
+3. An erasure (``changesets.services.erase``) replaces the value with
+   ``"[erased]"``, sets the salt to NULL and keeps, in ``sealed``, the digest
+   of each erased member (``{"d": hex}``) and the key of every other member
+   (``{"k": hex}``). The erased value can no longer be recomputed or
+   brute-forced (its key is gone with the salt); every other member still is.
+
 The revision digest is computed before the write takes the log head's lock,
 so the serialized part of a commit only hashes a few hundred bytes.
+``changesets.chainv1`` keeps the chain before erasure (migration 0018
+re-chained v1 logs; each old changeset keeps its v1 hash, committed to in
+its v2 header).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from changesets import chainv1
+
 GENESIS = "0" * 64
-VERSION = b"atlas-chain-v1"
+VERSION = b"atlas-chain-v2"
+ERASED = "[erased]"
+SALT_BYTES = 16
+SIDES = ("before", "after")
 
 
 def _canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def new_salt() -> bytes:
+    """A revision's salt: 16 random bytes (128 bits: no table of small values can cover it)."""
+    return os.urandom(SALT_BYTES)
+
+
+# One encoder, built once: ``json.dumps`` with options builds a new one per call,
+# which is most of a member digest's cost. Same output as ``_canonical``.
+_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def member_key(salt: bytes, side: str, name: str) -> bytes:
+    """The key of one member of one image (step 2 of the module docstring).
+
+    Keyed BLAKE2b is a PRF/MAC by design (no length extension), and about
+    three times faster than HMAC-SHA256 here, which matters: a write makes two
+    of these per top-level member of each image.
+    """
+    return hashlib.blake2b(f"{side}\0{name}".encode(), key=salt, digest_size=32).digest()
+
+
+def member_digest(key: bytes, value: Any) -> str:
+    return hashlib.blake2b(_encode(value).encode(), key=key, digest_size=32).hexdigest()
+
+
+def image_digests(
+    image: Mapping[str, Any] | None,
+    *,
+    side: str,
+    salt: bytes | None,
+    sealed: Mapping[str, Any] | None = None,
+) -> dict[str, str] | None:
+    """``{member: digest}`` of one image (None for an absent image).
+
+    A sealed member (an erasure ran on the revision) uses its kept key, or,
+    if the member was erased, its kept digest; otherwise the salt derives
+    the key. A member that has neither (a row edited to add one) digests to
+    an empty string, which never matches the chain.
+    """
+    if image is None:
+        return None
+    seal = (sealed or {}).get(side) or {}
+    out: dict[str, str] = {}
+    for name, value in image.items():
+        entry = seal.get(name)
+        if entry is not None:
+            kept = entry.get("d")
+            out[name] = (
+                kept
+                if isinstance(kept, str)
+                else member_digest(bytes.fromhex(entry.get("k", "")), value)
+            )
+        elif salt is not None:
+            out[name] = member_digest(member_key(salt, side, name), value)
+        else:
+            out[name] = ""
+    return out
+
+
+def _salt(revision: Any) -> bytes | None:
+    salt = getattr(revision, "salt", None)
+    return None if salt is None else bytes(salt)
+
+
 def revision_fields(revision: Any) -> list[Any]:
+    """What the chain commits to for one revision row (its images as member digests)."""
+    salt, sealed = _salt(revision), getattr(revision, "sealed", None)
     return [
         revision.namespace,
         revision.kind,
         revision.slug,
         str(revision.op),
-        revision.before,
-        revision.after,
+        image_digests(revision.before, side="before", salt=salt, sealed=sealed),
+        image_digests(revision.after, side="after", salt=salt, sealed=sealed),
         revision.before_version,
         revision.after_version,
         revision.branch,
@@ -44,19 +136,7 @@ def revision_fields(revision: Any) -> list[Any]:
 
 def revisions_digest(revisions: Iterable[Any]) -> str:
     """Digest of a changeset's revisions, in the order they were written."""
-    digest = hashlib.sha256(VERSION)
-    for revision in revisions:
-        digest.update(_canonical(revision_fields(revision)))
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
-def _text(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _int(value: int | None) -> str:
-    return "null" if value is None else str(int(value))
+    return digest_lines(_canonical(revision_fields(r)).decode() for r in revisions)
 
 
 def revision_line(
@@ -65,22 +145,30 @@ def revision_line(
     kind: str,
     slug: str,
     op: str,
-    before_text: str | None,
-    after_text: str | None,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any] | None,
+    salt: bytes,
     before_version: int | None,
     after_version: int | None,
     branch: str,
 ) -> str:
-    """One revision's digest line, ``_canonical(revision_fields(r))``, from images
-    already in :func:`changesets.ops.canonical` form (the write path serializes each
-    image once and reuses the text for the row and the digest). ``tests/changesets/
-    test_write_path.py`` pins it byte for byte to the form ``verify`` recomputes."""
-    return (
-        f"[{_text(namespace)},{_text(kind)},{_text(slug)},{_text(str(op))},"
-        f"{'null' if before_text is None else before_text},"
-        f"{'null' if after_text is None else after_text},"
-        f"{_int(before_version)},{_int(after_version)},{_text(branch)}]"
-    )
+    """One revision's digest line as the write path makes it, before the row exists.
+
+    The same encoding :func:`revision_fields` gives a stored row (``tests/
+    changesets/test_write_path.py`` pins it byte for byte).
+    """
+    fields = [
+        namespace,
+        kind,
+        slug,
+        str(op),
+        image_digests(before, side="before", salt=salt),
+        image_digests(after, side="after", salt=salt),
+        before_version,
+        after_version,
+        branch,
+    ]
+    return _canonical(fields).decode()
 
 
 def digest_lines(lines: Iterable[str]) -> str:
@@ -118,6 +206,12 @@ def _header_rest(changeset: Any, revisions_hex: str) -> dict[str, Any]:
         value = getattr(changeset, name, None)
         if value is not None:
             header[name] = value
+    # A changeset from before the re-chain (migration 0018) commits to its v1
+    # hash, so a v1 anchor stays checkable whatever is erased later. Named so it
+    # sorts between ``at`` and ``seq`` (``header_middle``); absent on new ones.
+    v1 = getattr(changeset, "v1_hash", None)
+    if v1:
+        header["chain_v1"] = v1
     return header
 
 
@@ -168,14 +262,95 @@ class Break:
     reason: str
 
 
-def verify(changesets: Iterator[tuple[Any, list[Any]]], *, head: Any) -> tuple[int, Break | None]:
+@dataclass
+class Stats:
+    """What :func:`verify` saw besides breaks: images with erased members, v1 hashes."""
+
+    erased_images: int = 0
+    erased_members: int = 0
+    # (namespace, kind, slug, member) of every erased member seen: each must be
+    # reached by a recorded erasure (``verify_log`` checks).
+    erased: set[tuple[str, str, str, str]] = field(default_factory=set)
+    v1_recomputed: int = 0
+    v1_committed: int = 0
+    v1_head: tuple[int, str] | None = None
+
+
+def holds_erased(value: Any) -> bool:
+    """Whether an erased member still shows its erasure (somewhere in it, ``"[erased]"``)."""
+    if value == ERASED:
+        return True
+    if isinstance(value, dict):
+        return any(holds_erased(v) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_erased(v) for v in value)
+    return False
+
+
+def _erased_break(changeset: Any, revisions: list[Any], stats: Stats) -> Break | None:
+    """Count erased images; an erased member must still read as erased."""
+    for revision in revisions:
+        sealed = getattr(revision, "sealed", None)
+        if not sealed:
+            continue
+        for side in SIDES:
+            image = getattr(revision, side)
+            erased = [n for n, e in (sealed.get(side) or {}).items() if "d" in e]
+            if erased:
+                stats.erased_images += 1
+                stats.erased_members += len(erased)
+                key = (revision.namespace, revision.kind, revision.slug)
+                stats.erased.update((*key, name) for name in erased)
+            for name in erased:
+                if image is None or name not in image or not holds_erased(image[name]):
+                    return Break(
+                        changeset.seq,
+                        str(changeset.id),
+                        f"revision {revision.pk}: {side} member {name!r} is sealed as erased"
+                        " but does not read as erased",
+                    )
+    return None
+
+
+def _v1_break(
+    changeset: Any, revisions: list[Any], prev_v1: str | None, stats: Stats
+) -> Break | None:
+    """A pre-re-chain changeset's v1 hash: recomputed from its rows while none is erased
+    (else taken as the v2 header commits to it); the v1 changesets are a prefix."""
+    v1 = getattr(changeset, "v1_hash", None)
+    if not v1:
+        return None
+    if changeset.seq > 1 and prev_v1 is None:
+        return Break(changeset.seq, str(changeset.id), "a v1 hash after the v1 prefix ended")
+    if any(getattr(r, "sealed", None) for r in revisions):
+        stats.v1_committed += 1
+    else:
+        recomputed = chainv1.changeset_hash(
+            prev_hash=prev_v1 or chainv1.GENESIS,
+            changeset=changeset,
+            revisions_hex=chainv1.revisions_digest(revisions),
+        )
+        if recomputed != v1:
+            return Break(changeset.seq, str(changeset.id), "the v1 hash does not match the rows")
+        stats.v1_recomputed += 1
+    stats.v1_head = (changeset.seq, v1)
+    return None
+
+
+def verify(
+    changesets: Iterator[tuple[Any, list[Any]]], *, head: Any, stats: Stats | None = None
+) -> tuple[int, Break | None]:
     """Walk ``(changeset, revisions)`` pairs in seq order; return (checked, first break).
 
     Checks that seqs are contiguous from 1, that each ``prev_hash`` is the
     previous ``hash``, that each ``hash`` recomputes from the rows as they are
-    now, and that the log head names the last changeset.
+    now (erased members by their kept digests, which must still read as
+    erased), that old changesets' v1 hashes chain (``_v1_break``), and that
+    the log head names the last changeset. ``stats`` collects counts.
     """
+    stats = stats if stats is not None else Stats()
     expected_seq, prev = 1, GENESIS
+    prev_v1: str | None = None
     checked = 0
     for changeset, revisions in changesets:
         if changeset.seq != expected_seq:
@@ -203,6 +378,11 @@ def verify(changesets: Iterator[tuple[Any, list[Any]]], *, head: Any) -> tuple[i
                     str(changeset.id),
                     f"revision {revision.pk}'s seq, at or branch differs from its changeset's",
                 )
+        broken = _erased_break(changeset, revisions, stats) or _v1_break(
+            changeset, revisions, prev_v1, stats
+        )
+        if broken is not None:
+            return checked, broken
         computed = changeset_hash(
             prev_hash=prev, changeset=changeset, revisions_hex=revisions_digest(revisions)
         )
@@ -211,6 +391,7 @@ def verify(changesets: Iterator[tuple[Any, list[Any]]], *, head: Any) -> tuple[i
                 changeset.seq, str(changeset.id), "hash does not match the rows (edited)"
             )
         prev = changeset.hash
+        prev_v1 = getattr(changeset, "v1_hash", None) or None
         expected_seq += 1
         checked += 1
     if head is not None:
@@ -223,3 +404,39 @@ def verify(changesets: Iterator[tuple[Any, list[Any]]], *, head: Any) -> tuple[i
         if checked and head.hash != prev:
             return checked, Break(head.seq, None, "the log head's hash is not the last changeset's")
     return checked, None
+
+
+ERASURE_VERSION = b"atlas-erasure-v1"
+
+
+def erasure_hash(*, prev_hash: str, erasure: Any) -> str:
+    """An erasure record's link in the erasures' own chain (who, when, why, where; no values).
+
+    Erasures destroy values the log chain can no longer recompute, so the
+    records of them are chained too: a forged, edited or removed erasure
+    record breaks this chain, which ``verify_log`` walks in id order.
+    """
+    body = {
+        "id": str(erasure.id),
+        "author": erasure.author_name,
+        "at": _timestamp(erasure.at),
+        "reason": erasure.reason,
+        "targets": erasure.targets,
+        "revisions_redacted": erasure.revisions_redacted,
+        "changesets": [str(c) for c in erasure.changeset_ids],
+    }
+    digest = hashlib.sha256(ERASURE_VERSION)
+    digest.update(prev_hash.encode())
+    digest.update(_canonical(body))
+    return digest.hexdigest()
+
+
+def erasure_covers(targets: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str, str]]:
+    """(namespace, kind, slug, top-level member) that an erasure's targets reach."""
+    covered = set()
+    for t in targets:
+        for pointer in t.get("pointers", []):
+            first = pointer.split("/")[1] if pointer.count("/") else ""
+            member = first.replace("~1", "/").replace("~0", "~")
+            covered.add((t["namespace"], t["kind"], t["slug"], member))
+    return covered

@@ -95,6 +95,10 @@ class Changeset(AppendOnlyModel):
     # row stores as one bit of its null bitmap. The chain covers both when set.
     metadata = models.JSONField(null=True, blank=True)
     context = models.JSONField(null=True, blank=True)
+    # The v1 chain hash of a changeset written before the re-chain (migration
+    # 0018), committed to by its v2 header so v1 anchors stay checkable; NULL
+    # (one bit) on every changeset written since.
+    v1_hash = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 (bytes: NULL is one bit)
 
     class Meta:
         ordering = ["-seq"]
@@ -156,6 +160,13 @@ class Revision(AppendOnlyModel):
     # Stored, not derived on read: the GIN index ``revision_changed_keys`` (terms
     # only, in the index) answers key-filtered history from it.
     changed = ArrayField(models.TextField(), default=list)
+    # The chain's salt (``changesets.chain``, v2): the images' top-level members
+    # are committed to as MACs keyed from it. An erasure sets it to NULL and
+    # keeps what verification still needs in ``sealed``: the kept digest of each
+    # erased member and the key of every other one. The only UPDATE the guard
+    # (migration 0017) lets through is that one.
+    salt = models.BinaryField(null=True, editable=False)
+    sealed = models.JSONField(null=True, editable=False)
 
     class Meta:
         ordering = ["seq", "id"]
@@ -347,3 +358,61 @@ class Subscription(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} → {self.url}"
+
+
+class Erasure(AppendOnlyModel):
+    """One erasure: who, when, why and which pointers of which entities; never the values.
+
+    Append-only like the log (and not erasable itself). Erasures form their own
+    small hash chain (``prev_hash`` → ``hash``, ``changesets.services.erase``),
+    so a forged or removed erasure record is evident to ``verify_log``.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid6.uuid7, editable=False)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
+    author_name = models.CharField(max_length=150)
+    at = models.DateTimeField()
+    reason = models.TextField()
+    # [{"namespace", "kind", "slug", "pointers": [...]}]
+    targets = models.JSONField()
+    # The targets' namespaces, sorted: ``GET /erasures`` lists an erasure to
+    # callers who can read all of them.
+    namespaces = ArrayField(models.CharField(max_length=200), default=list)
+    revisions_redacted = models.PositiveIntegerField(default=0)
+    # The EraseEntity changesets this erasure wrote (baseline first, then branches).
+    changeset_ids = ArrayField(models.UUIDField(), default=list, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["at", "id"], name="erasure_at_id")]
+
+    def __str__(self) -> str:
+        return f"erasure {self.id} by {self.author_name}"
+
+
+class ChainUpgrade(models.Model):
+    """The record of a re-chain (v1 → v2, migration 0018): the head at the cut, both ways.
+
+    A v1 anchor ``(seq, hash)`` with ``seq <= self.seq`` is checked after the
+    re-chain by ``verify_log --v1-anchor seq:hash`` (docs/architecture.md).
+    """
+
+    at = models.DateTimeField()
+    from_version = models.CharField(max_length=32)
+    to_version = models.CharField(max_length=32)
+    seq = models.BigIntegerField()
+    v1_hash = models.CharField(max_length=64)
+    v2_hash = models.CharField(max_length=64)
+    revisions = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.from_version} → {self.to_version} at seq {self.seq}"

@@ -7,12 +7,14 @@ so "import" is never taken for an id.
 
 from rest_framework.routers import SimpleRouter
 
-from changesets.api import history, views
+from changesets.api import erase, history, views
 
 router = SimpleRouter(trailing_slash=False, use_regex_path=False)
 router.register("changesets", views.ChangesetViewSet, basename="changeset")
 router.register("log", views.LogViewSet, basename="log")
 router.register("revisions", history.RevisionViewSet, basename="revision")
 router.register("diff", history.DiffViewSet, basename="diff")
+router.register("erase", erase.EraseViewSet, basename="erase")
+router.register("erasures", erase.ErasuresViewSet, basename="erasures")
 
 urlpatterns = router.urls

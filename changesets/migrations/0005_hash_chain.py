@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    from changesets import chain
+    from changesets import chainv1 as chain
 
     Changeset = apps.get_model("changesets", "Changeset")
     Revision = apps.get_model("changesets", "Revision")

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("changesets", "0016_rpc_erase_restore_sync"),
+        ("changesets", "0018_rechain_v2"),
     ]
 
     operations = [

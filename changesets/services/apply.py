@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
+from changesets import chain
 from changesets.exceptions import PlanChanged, TooManyOps
 from changesets.hooks import run_write_hooks
 from changesets.models import BASELINE, Changeset, LogHead, Rpc
@@ -182,6 +183,41 @@ def changeset_apply_planned(
     return PlannedResult(result.changeset, [op_repr(op) for op in planned], dry_run, result)
 
 
+def changeset_apply_within(
+    *,
+    store: EntityStore,
+    actor: User,
+    rpc: Rpc | str,
+    keys: Sequence[EntityKey],
+    plan: Planner,
+    comment: str = "",
+    dry_run: bool = False,
+    context: Mapping[str, Any] | None = None,
+) -> ApplyResult:
+    """One attempt of :func:`changeset_apply` with ``plan``, inside the caller's transaction.
+
+    For a service whose changeset must commit together with other work (an
+    erasure writes its ``EraseEntity`` changesets and redacts the log in one
+    transaction). The caller has authorized the write, owns the transaction
+    and retries it whole: a lost race or a deadlock propagates from here.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("changeset_apply_within() needs the caller's transaction")
+    with transaction.atomic():
+        return _apply_once(
+            store=store,
+            actor=actor,
+            ops=(),
+            plan=plan,
+            plan_keys=keys,
+            rpc=str(rpc),
+            comment=comment,
+            dry_run=dry_run,
+            check_permissions=False,
+            provenance=(None, context),
+        )
+
+
 def _apply_once(
     *,
     store: EntityStore,
@@ -318,11 +354,13 @@ def _record(
         metadata=metadata,
         context=context,
     )
+    salts = [chain.new_salt() for _ in changes]
     changed = _write_log(
         changeset,
         changes,
         now=now,
-        revisions_hex=log_statement.revisions_digest(changes, branch),
+        salts=salts,
+        revisions_hex=log_statement.revisions_digest(changes, branch, salts),
         journal=branch == BASELINE,
         entity_sql=entity_sql,
     )
@@ -357,6 +395,7 @@ def _write_log(
     *,
     now: datetime,
     revisions_hex: str,
+    salts: Sequence[bytes],
     journal: bool,
     entity_sql: WriteSql,
 ) -> list[list[str]]:
@@ -371,7 +410,12 @@ def _write_log(
     """
     sql = log_statement.statement(entity_sql, journal=journal)
     values = log_statement.params(
-        changeset, changes, now=now, revisions_hex=revisions_hex, entity_sql=entity_sql
+        changeset,
+        changes,
+        now=now,
+        revisions_hex=revisions_hex,
+        salts=salts,
+        entity_sql=entity_sql,
     )
     with prepared_cursor() as cursor:
         cursor.execute(sql, values)

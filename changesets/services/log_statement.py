@@ -66,10 +66,11 @@ _JOURNAL = (
 # ``atlas_changed_keys`` (migration 0013): set-based for a batch of any size.
 _REVISIONS = (
     " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
-    " kind, slug, op, before, after, before_version, after_version, changed)"
+    " kind, slug, op, before, after, before_version, after_version, changed, salt)"
     " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.k->>0, r.k->>1, r.k->>2,"
     " r.k->>3, NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), (r.k->>4)::int,"
-    " (r.k->>5)::int, atlas_changed_keys(NULLIF(r.before, 'null'), NULLIF(r.after, 'null'))"
+    " (r.k->>5)::int, atlas_changed_keys(NULLIF(r.before, 'null'), NULLIF(r.after, 'null')),"
+    " decode(r.k->>6, 'hex')"
     " FROM h CROSS JOIN ROWS FROM (jsonb_array_elements(%(rows)s::jsonb),"
     " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb))"
     " WITH ORDINALITY AS r(k, before, after, n) ORDER BY r.n"
@@ -104,13 +105,21 @@ def statement(entity_sql: WriteSql, *, journal: bool) -> str:
     return "WITH " + "".join(parts) + _REVISIONS + _RESULT
 
 
-def _rows(changes: Sequence[NetChange]) -> str:
-    """Keys, ops and versions as one JSON document, not eight arrays: psycopg
-    adapts array parameters in Python (see ``entities.store.json_array``)."""
+def _rows(changes: Sequence[NetChange], salts: Sequence[bytes]) -> str:
+    """Keys, ops, versions and chain salts as one JSON document, not nine arrays:
+    psycopg adapts array parameters in Python (see ``entities.store.json_array``)."""
     return json.dumps(
         [
-            [c.key.namespace, c.key.kind, c.key.slug, str(c.op), c.before_version, c.after_version]
-            for c in changes
+            [
+                c.key.namespace,
+                c.key.kind,
+                c.key.slug,
+                str(c.op),
+                c.before_version,
+                c.after_version,
+                salt.hex(),
+            ]
+            for c, salt in zip(changes, salts, strict=True)
         ]
     )
 
@@ -121,6 +130,7 @@ def params(
     *,
     now: datetime,
     revisions_hex: str,
+    salts: Sequence[bytes],
     entity_sql: WriteSql,
 ) -> dict[str, Any]:
     """The statement's parameters: the store's, then the log's (the images go over
@@ -145,7 +155,7 @@ def params(
             # The texts the header hashed (chain.header_middle), so the row holds them.
             "metadata": provenance.as_text(cs.metadata),
             "context": provenance.as_text(cs.context),
-            "rows": _rows(changes),
+            "rows": _rows(changes, salts),
             "befores": json_array(c.before_text for c in changes),
             "afters": json_array(c.after_text for c in changes),
         }
@@ -153,21 +163,23 @@ def params(
     return out
 
 
-def revisions_digest(changes: Sequence[NetChange], branch: str) -> str:
-    """The chain's digest of the revision rows, from the canonical texts already made."""
+def revisions_digest(changes: Sequence[NetChange], branch: str, salts: Sequence[bytes]) -> str:
+    """The chain's digest of the revision rows (v2: salted member digests, ``chain``),
+    computed before the statement so the head's lock never waits on it."""
     return chain.digest_lines(
         chain.revision_line(
             namespace=c.key.namespace,
             kind=c.key.kind,
             slug=c.key.slug,
             op=c.op,
-            before_text=c.before_text,
-            after_text=c.after_text,
+            before=c.before,
+            after=c.after,
+            salt=salt,
             before_version=c.before_version,
             after_version=c.after_version,
             branch=branch,
         )
-        for c in changes
+        for c, salt in zip(changes, salts, strict=True)
     )
 
 
@@ -205,6 +217,7 @@ def new_changeset(
         "namespaces": sorted({c.key.namespace for c in changes}),
         "prev_hash": "",
         "hash": "",
+        "v1_hash": None,
         "metadata": provenance.stored_metadata(metadata),
         "context": provenance.stored_context(context),
     }

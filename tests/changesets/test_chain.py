@@ -233,3 +233,63 @@ def test_removing_the_newest_changeset_is_detected_by_the_head(history):
         cursor.execute("DELETE FROM changesets_changeset WHERE id = %s", [newest.id])
     broken = verify()
     assert broken is not None and "log head" in broken.reason
+
+
+def test_a_plain_update_of_a_revision_is_still_refused(history):
+    """The guard lets through only erasure-shaped updates (0017); everything else is refused."""
+    revision = Revision.objects.filter(after__isnull=False).first()
+    attempts = [
+        (
+            "UPDATE changesets_revision SET after = jsonb_set(after, '{i}', '999') WHERE id = %s",
+            False,
+        ),
+        ("UPDATE changesets_revision SET salt = NULL, sealed = '{}' WHERE id = %s", False),
+        ("DELETE FROM changesets_revision WHERE id = %s", False),
+        # With the erasure marker set, a change that is not an erasure is still refused.
+        (
+            "UPDATE changesets_revision SET after = jsonb_set(after, '{i}', '999'),"
+            " salt = NULL, sealed = '{}' WHERE id = %s",
+            True,
+        ),
+        (
+            "UPDATE changesets_revision SET slug = 'x', salt = NULL, sealed = '{}' WHERE id = %s",
+            True,
+        ),
+        (
+            "UPDATE changesets_revision SET after = '{}', salt = NULL, sealed = '{}' WHERE id = %s",
+            True,
+        ),
+        # An erasure that keeps the salt (so the erased value stays brute-forceable): refused.
+        (
+            "UPDATE changesets_revision SET after = jsonb_set(after, '{i}', '\"[erased]\"'),"
+            " sealed = '{}' WHERE id = %s",
+            True,
+        ),
+    ]
+    for sql, marker in attempts:
+        sid = transaction.savepoint()
+        with pytest.raises(Exception, match="append-only"), connection.cursor() as cursor:
+            if marker:
+                cursor.execute("SET LOCAL atlas.erasing = 'on'")
+            cursor.execute(sql, [revision.pk])
+        transaction.savepoint_rollback(sid)
+    with connection.cursor() as cursor:  # the one shape it admits
+        cursor.execute("SET LOCAL atlas.erasing = 'on'")
+        cursor.execute(
+            "UPDATE changesets_revision SET after = jsonb_set(after, '{i}', '\"[erased]\"'),"
+            " salt = NULL, sealed = '{}' WHERE id = %s",
+            [revision.pk],
+        )
+        assert cursor.rowcount == 1
+
+
+def test_changesets_and_erasures_stay_undeletable(history):
+    for sql in (
+        "UPDATE changesets_changeset SET comment = 'x' WHERE seq = 1",
+        "DELETE FROM changesets_changeset WHERE seq = 1",
+    ):
+        sid = transaction.savepoint()
+        with pytest.raises(Exception, match="append-only"), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL atlas.erasing = 'on'")
+            cursor.execute(sql)
+        transaction.savepoint_rollback(sid)

@@ -54,14 +54,16 @@ def test_revision_line_is_the_canonical_encoding_verify_recomputes(before, after
         after=after,
         before_version=None if before is None else 7,
         after_version=None if after is None else 2**31 - 1,
+        salt=bytes(range(16)),
     )
     line = chain.revision_line(
         namespace=revision.namespace,
         kind=revision.kind,
         slug=revision.slug,
         op=revision.op,
-        before_text=None if before is None else canonical(before),
-        after_text=None if after is None else canonical(after),
+        before=before,
+        after=after,
+        salt=bytes(range(16)),
         before_version=revision.before_version,
         after_version=revision.after_version,
         branch=revision.branch,
