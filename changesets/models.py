@@ -132,17 +132,8 @@ class Revision(AppendOnlyModel):
     """
 
     # No index of its own: revision_one_per_entity_changeset leads with it.
-    # No database foreign key (``db_constraint=False``), here and on the journal
-    # entry: the log statement inserts the changeset and its rows together, and
-    # the append-only guard refuses deleting a changeset, so the constraint could
-    # never fire; its check ran at COMMIT, inside the log head's lock, once per
-    # revision and once for the journal entry (a row lock with its WAL record each).
     changeset = models.ForeignKey(
-        Changeset,
-        on_delete=models.DO_NOTHING,
-        related_name="revisions",
-        db_index=False,
-        db_constraint=False,
+        Changeset, on_delete=models.DO_NOTHING, related_name="revisions", db_index=False
     )
     seq = models.BigIntegerField()
     branch = models.CharField(max_length=63, blank=True, default=BASELINE)
@@ -240,11 +231,7 @@ class JournalEntry(models.Model):
     """Post-commit work still owed for one baseline changeset (fan-out, hooks)."""
 
     changeset = models.OneToOneField(
-        Changeset,
-        primary_key=True,
-        on_delete=models.DO_NOTHING,
-        related_name="journal",
-        db_constraint=False,  # see Revision.changeset
+        Changeset, primary_key=True, on_delete=models.DO_NOTHING, related_name="journal"
     )
     phase = models.CharField(
         max_length=10, choices=JournalPhase.choices, default=JournalPhase.COMMITTED

@@ -324,17 +324,3 @@ def test_the_write_statements_are_prepared_once_per_connection(staff, namespace)
     }
     assert runs["lock"] and max(runs["lock"]) >= 2, prepared
     assert runs["log"] and max(runs["log"]) >= 2, prepared
-
-
-def test_log_rows_carry_no_foreign_key_checks_to_run_at_commit():
-    """Revisions and journal entries reference their changeset without a database
-    constraint (see ``Revision.changeset``): its check ran at COMMIT, inside the
-    log head's lock, for rows the same statement inserted with the changeset."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT conrelid::regclass::text FROM pg_constraint"
-            " WHERE contype = 'f' AND confrelid = 'changesets_changeset'::regclass"
-            " AND conrelid IN ('changesets_revision'::regclass,"
-            " 'changesets_journalentry'::regclass)"
-        )
-        assert cursor.fetchall() == []
