@@ -15,6 +15,12 @@ class ImportConflict(Conflict):
     type, title = "import-conflict", "The changeset cannot be imported"
 
 
+class RestoreConflict(Conflict):
+    """A scope restore found an entity moved on between planning and its locks (409)."""
+
+    type, title = "restore-conflict", "The scope cannot be restored"
+
+
 class NdjsonError(BadRequest):
     type, title = "invalid-ndjson", "Invalid changeset file"
 

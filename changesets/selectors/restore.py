@@ -1,0 +1,212 @@
+"""Reads behind restore: a version's content, a scope's as-of state, the trash.
+
+All three read revision rows only: history is complete (invariant 1), so the
+content an entity had at any version or point, and whether its newest
+revision is a delete, are facts of the log, never of the live table.
+
+- :func:`version_content` — one key's content at a version (a seek on
+  ``revision_history``; a key's history is short beside the log's).
+- :func:`scope_as_of` — every entity of a scope as it stood right after a
+  changeset, in **one** statement (``DISTINCT ON`` the key, newest revision at
+  or before the point, on ``revision_history``): restore diffs it against the
+  current state in memory, so its cost is one index range of the scope's
+  history, never a query per entity.
+- :func:`deleted_entities` — a keyset page of the baseline keys whose newest
+  revision is a delete, walked on the partial index ``revision_deletes``
+  (migration 0020): its cost follows the keys ever deleted in the scope, not
+  the live entities beside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+
+from changesets.models import BASELINE, Revision
+from entities.store import EntityKey, entity_filters, load_json
+
+
+@dataclass(frozen=True)
+class VersionImage:
+    """What a key held at one version, and where in the log that version was written."""
+
+    content: dict[str, Any]
+    version: int
+    branch: str
+    seq: int
+
+
+def version_content(*, key: EntityKey, version: int, branch: str = BASELINE) -> VersionImage | None:
+    """The content ``key`` had at ``version`` as seen from ``branch`` (None: no such version).
+
+    A version is written by exactly one revision per line of history (versions
+    never restart: a re-created key continues after its last one). On a branch
+    the branch's own revision wins over baseline's, as its reads do; then the
+    newest baseline one.
+    """
+    branches = [branch] if branch == BASELINE else [branch, BASELINE]
+    rows = (
+        Revision.objects.filter(
+            branch__in=branches,
+            namespace=key.namespace,
+            kind=key.kind,
+            slug=key.slug,
+            after_version=version,
+        )
+        .order_by("-seq")
+        .values_list("after", "branch", "seq")
+    )
+    found = sorted(rows, key=lambda row: row[1] != branch)  # stable: newest first within a side
+    if not found:
+        return None
+    after, on, seq = found[0]
+    return VersionImage(content=after, version=version, branch=on, seq=seq)
+
+
+# One statement for a scope at a point: per key, its newest baseline revision at or
+# before ``seq`` (an index range of ``revision_history`` read in key order; the
+# ``DISTINCT ON`` keeps the first row of each key). Keys deleted at the point are
+# dropped outside, so the LIMIT counts entities that existed then.
+_SCOPE_AS_OF = """
+SELECT namespace, kind, slug, after, after_version FROM (
+    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after, after_version
+    FROM changesets_revision
+    WHERE branch = '' AND seq <= %s AND {where}
+    ORDER BY namespace, kind, slug, seq DESC
+) s
+WHERE after IS NOT NULL
+ORDER BY namespace, kind, slug
+LIMIT %s
+"""
+
+
+@dataclass(frozen=True)
+class ScopeImage:
+    key: EntityKey
+    content: dict[str, Any]
+    version: int
+
+
+def scope_as_of(
+    *,
+    seq: int,
+    namespace: str,
+    kind: str | None = None,
+    slug_prefix: str | None = None,
+    limit: int,
+) -> list[ScopeImage]:
+    """Every baseline entity of the scope as it stood right after changeset ``seq``,
+    in key order, at most ``limit`` (one statement; see the module docstring)."""
+    where, params = entity_filters(
+        "namespace",
+        "kind",
+        "slug",
+        namespaces=None,
+        namespace=namespace,
+        kind=kind,
+        slug_prefix=slug_prefix,
+        after=None,
+    )
+    # Raw SQL buys DISTINCT ON over the history index, which the ORM cannot spell.
+    with connection.cursor() as cursor:
+        cursor.execute(_SCOPE_AS_OF.format(where=where), [seq, *params, limit])
+        return [
+            ScopeImage(EntityKey(ns, k, s), load_json(after), version)
+            for ns, k, s, after, version in cursor.fetchall()
+        ]
+
+
+@dataclass(frozen=True)
+class DeletedEntity:
+    """A trash entry: a baseline key whose newest revision is a delete."""
+
+    key: EntityKey
+    content: dict[str, Any]  # what the delete removed (its revision's ``before``)
+    last_version: int  # the version the delete removed
+    changeset_id: UUID
+    author: str
+    at: datetime
+    seq: int
+
+
+# Per key (in key order, off the partial index ``revision_deletes``), its newest
+# delete; kept when the key is absent from the live table now, which (history being
+# complete) is when that delete is the key's newest revision. The LIMIT sits on the
+# walk, so a page costs about its own size plus the re-created keys it skips.
+_DELETED = """
+SELECT d.namespace, d.kind, d.slug, d.before, d.before_version, d.changeset_id,
+       c.author_name, d.at, d.seq
+FROM (
+    SELECT DISTINCT ON (namespace, kind, slug)
+           namespace, kind, slug, before, before_version, changeset_id, at, seq
+    FROM changesets_revision
+    WHERE branch = '' AND op = 'delete' AND {where}
+    ORDER BY namespace, kind, slug, seq DESC
+) d
+JOIN changesets_changeset c ON c.id = d.changeset_id
+WHERE NOT EXISTS (
+    SELECT 1 FROM entities_entity e
+    WHERE e.namespace_id = d.namespace AND e.kind = d.kind AND e.slug = d.slug
+)
+ORDER BY d.namespace, d.kind, d.slug
+LIMIT %s
+"""
+
+
+def deleted_entities(
+    *,
+    namespaces: Sequence[str] | None,
+    namespace: str | None = None,
+    kind: str | None = None,
+    slug_prefix: str | None = None,
+    after: EntityKey | None = None,
+    limit: int = 50,
+) -> list[DeletedEntity]:
+    """One keyset page of the trash: baseline keys whose newest revision is a delete.
+
+    ``namespaces`` is the caller's readable set (``None`` = all): keys in other
+    namespaces are never read (invariant 8).
+    """
+    where, params = entity_filters(
+        "namespace",
+        "kind",
+        "slug",
+        namespaces=namespaces,
+        namespace=namespace,
+        kind=kind,
+        slug_prefix=slug_prefix,
+        after=after,
+    )
+    return _deleted(where, [*params, limit])
+
+
+def deleted_entity(*, key: EntityKey) -> DeletedEntity | None:
+    """``key``'s trash entry: its newest delete, if that is its newest revision (else None)."""
+    found = _deleted(
+        "namespace = %s AND kind = %s AND slug = %s", [key.namespace, key.kind, key.slug, 1]
+    )
+    return found[0] if found else None
+
+
+def _deleted(where: str, params: Sequence[Any]) -> list[DeletedEntity]:
+    # Raw SQL buys DISTINCT ON over a partial index and the anti-join in one statement.
+    with connection.cursor() as cursor:
+        cursor.execute(_DELETED.format(where=where), params)
+        rows = cursor.fetchall()
+    return [
+        DeletedEntity(
+            key=EntityKey(ns, k, s),
+            content=load_json(before),
+            last_version=version,
+            changeset_id=cs,
+            author=author,
+            at=at,
+            seq=seq,
+        )
+        for ns, k, s, before, version, cs, author, at, seq in rows
+    ]
