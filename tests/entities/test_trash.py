@@ -1,0 +1,132 @@
+"""The trash: ``GET /entities?deleted=true``.
+
+API.md "Restore and key-level merge (added)": entities whose newest revision
+is a delete, each with ``deleted_by`` ``{changeset_id, author, at}`` and
+``last_version`` (the version the delete removed); restore brings one back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from branches.services import branch_create
+from changesets.models import Changeset, Rpc
+from changesets.ops import DeleteOp, PutOp
+from changesets.services.apply import changeset_apply
+from entities.store import EntityKey, baseline
+from tests.atlas.test_errors import assert_problem
+
+pytestmark = pytest.mark.django_db
+
+API = "/api/v1"
+NS = "acme.orders"
+OTHER = "acme.secret"
+
+
+def write(actor: Any, *ops: Any) -> Changeset:
+    result = changeset_apply(store=baseline, actor=actor, ops=list(ops), rpc=Rpc.BATCH_MUTATE)
+    assert result.changeset is not None
+    return result.changeset
+
+
+def k(path: str) -> EntityKey:
+    return EntityKey(*path.split("/"))
+
+
+def trash(client: Any, **params: Any) -> Any:
+    return client.get(f"{API}/entities", {"deleted": "true", **params})
+
+
+@pytest.fixture
+def seeded(make_user):
+    """Two deleted orders, one deleted and re-created, one live; a deleted secret."""
+    alice = make_user("alice", writer=[NS, OTHER])
+    write(alice, PutOp(k(f"{NS}/order/a"), {"v": 1}), PutOp(k(f"{NS}/order/b"), {"v": 1}))
+    write(alice, PutOp(k(f"{NS}/order/a"), {"v": 2}), PutOp(k(f"{NS}/invoice/i"), {"v": 1}))
+    write(alice, PutOp(k(f"{NS}/order/live"), {"v": 1}), PutOp(k(f"{OTHER}/x/s"), {"v": 1}))
+    deleting = write(alice, DeleteOp(k(f"{NS}/order/a")), DeleteOp(k(f"{NS}/invoice/i")))
+    write(alice, DeleteOp(k(f"{NS}/order/b")), DeleteOp(k(f"{OTHER}/x/s")))
+    write(alice, PutOp(k(f"{NS}/order/b"), {"back": True}))  # re-created: not in the trash
+    return {"alice": alice, "deleting": deleting}
+
+
+def test_the_trash_lists_keys_whose_newest_revision_is_a_delete(seeded, client_for):
+    response = trash(client_for(seeded["alice"]), namespace=NS)
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [(r["kind"], r["slug"]) for r in results] == [("invoice", "i"), ("order", "a")]
+    a = results[1]
+    deleting = seeded["deleting"]
+    assert a["content"] == {"v": 2} and a["last_version"] == 2
+    assert a["deleted_by"]["changeset_id"] == str(deleting.id)
+    assert a["deleted_by"]["author"] == "alice"
+    assert a["deleted_by"]["at"].startswith(deleting.at.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert response.json()["next_page_token"] is None
+
+
+def test_the_trash_filters_by_kind_and_slug_prefix(seeded, client_for):
+    client = client_for(seeded["alice"])
+    assert [r["slug"] for r in trash(client, namespace=NS, kind="order").json()["results"]] == ["a"]
+    assert [r["slug"] for r in trash(client, slug_prefix="i").json()["results"]] == ["i"]
+
+
+def test_the_trash_shows_only_readable_namespaces(seeded, make_user, client_for):
+    rita = make_user("rita", reader=[NS])
+    everything = trash(client_for(rita)).json()["results"]
+    assert {r["namespace"] for r in everything} == {NS}
+    assert trash(client_for(seeded["alice"])).json()["results"][-1]["namespace"] == OTHER
+
+
+def test_the_trash_pages_with_tokens(seeded, client_for):
+    client = client_for(seeded["alice"])
+    first = trash(client, page_size=2).json()
+    assert len(first["results"]) == 2 and first["next_page_token"]
+    second = trash(client, page_size=2, page_token=first["next_page_token"]).json()
+    assert [r["slug"] for r in second["results"]] == ["s"] and second["next_page_token"] is None
+    other = trash(client, namespace=NS, page_size=2, page_token=first["next_page_token"])
+    assert_problem(other, 400, pointer="/page_token")
+
+
+def test_restore_takes_an_entity_out_of_the_trash(seeded, client_for):
+    client = client_for(seeded["alice"])
+    entry = trash(client, namespace=NS, kind="order").json()["results"][0]
+    restored = client.post(
+        f"{API}/entities/{NS}/order/a/restore", {"version": entry["last_version"]}, format="json"
+    )
+    assert restored.status_code == 201, restored.content
+    assert restored.json()["entity"]["content"] == {"v": 2}
+    assert trash(client, namespace=NS, kind="order").json()["results"] == []
+
+
+def test_bad_trash_requests(seeded, client_for):
+    client = client_for(seeded["alice"])
+    branch_create(name="feature", actor=seeded["alice"])
+    assert_problem(
+        client.get(f"{API}/entities", {"deleted": "true"}, HTTP_X_ATLAS_BRANCH="feature"),
+        400,
+        pointer="/headers/X-Atlas-Branch",
+    )
+    head = Changeset.objects.order_by("-seq").first()
+    assert_problem(trash(client, as_of=str(head.id)), 422, pointer="/as_of")
+    assert_problem(client.get(f"{API}/entities", {"deleted": "maybe"}), 422)
+
+
+def test_deleted_false_is_the_live_list(seeded, client_for):
+    live = client_for(seeded["alice"]).get(f"{API}/entities", {"deleted": "false", "namespace": NS})
+    assert [r["slug"] for r in live.json()["results"]] == ["b", "live"]
+
+
+def test_a_trash_page_costs_the_same_queries_however_many_entries(
+    make_user, client_for, django_assert_max_num_queries
+):
+    alice = make_user("alice", writer=[NS])
+    client = client_for(alice)
+    for n in (3, 60):
+        ops = [PutOp(k(f"{NS}/t{n}/s{i:03}"), {"i": i}) for i in range(n)]
+        write(alice, *ops)
+        write(alice, *[DeleteOp(op.key) for op in ops])
+        with django_assert_max_num_queries(8):
+            page = trash(client, kind=f"t{n}", page_size=50).json()
+        assert len(page["results"]) == min(n, 50)
