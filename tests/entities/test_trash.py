@@ -7,9 +7,11 @@ is a delete, each with ``deleted_by`` ``{changeset_id, author, at}`` and
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from django.urls import reverse
 
 from branches.services import branch_create
 from changesets.models import Changeset, Rpc
@@ -17,6 +19,7 @@ from changesets.ops import DeleteOp, PutOp
 from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 from tests.atlas.test_errors import assert_problem
+from tests.changesets.test_admin import logged_in, make_admin
 
 pytestmark = pytest.mark.django_db
 
@@ -130,3 +133,67 @@ def test_a_trash_page_costs_the_same_queries_however_many_entries(
         with django_assert_max_num_queries(8):
             page = trash(client, kind=f"t{n}", page_size=50).json()
         assert len(page["results"]) == min(n, 50)
+
+
+# --- the admin's "Deleted" view and its restore button -----------------------------
+
+
+def admin_trash(namespace: str) -> str:
+    return reverse("admin:changesets_revision_deleted", args=[namespace])
+
+
+def admin_restore(path: str) -> str:
+    return reverse("admin:changesets_revision_restore", args=path.split("/"))
+
+
+def test_the_admin_trash_lists_deleted_entities_with_a_restore_button_for_writers(seeded):
+    page = logged_in(make_admin("wanda", writer=[NS])).get(admin_trash(NS))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f"{NS}/order/a" in html and f"{NS}/invoice/i" in html
+    assert f"{NS}/order/b" not in html and f"{NS}/order/live" not in html
+    assert html.count("atlas-restore-button") == 2
+    index = logged_in(make_admin("wanda2", writer=[NS])).get(
+        reverse("admin:changesets_revision_deleted_index")
+    )
+    assert admin_trash(NS) in index.content.decode()
+    assert admin_trash(OTHER) not in index.content.decode()
+
+
+def test_a_reader_sees_the_trash_but_no_button_and_cannot_restore(seeded):
+    client = logged_in(make_admin("rhea", reader=[NS]))
+    html = client.get(admin_trash(NS)).content.decode()
+    assert f"{NS}/order/a" in html and "atlas-restore-button" not in html
+    assert client.get(admin_restore(f"{NS}/order/a")).status_code == 403
+    assert client.get(admin_trash(OTHER)).status_code == 404
+
+
+def test_preview_writes_nothing_and_confirm_re_creates_with_the_signed_plan(seeded):
+    client = logged_in(make_admin("wanda", writer=[NS]))
+    count = Changeset.objects.count()
+    preview = client.get(admin_restore(f"{NS}/order/a"))
+    assert preview.status_code == 200 and Changeset.objects.count() == count
+    token = re.search(r'name="plan" value="([^"]+)"', preview.content.decode()).group(1)
+    done = client.post(admin_restore(f"{NS}/order/a"), {"plan": token, "comment": "oops"})
+    assert done.status_code == 302
+    restored = Changeset.objects.order_by("-seq").first()
+    assert restored.rpc == Rpc.RESTORE_ENTITY and restored.author_name == "wanda"
+    assert restored.comment == "oops"
+    assert baseline.get(k(f"{NS}/order/a")).content == {"v": 2}
+
+
+def test_confirm_refuses_a_missing_token_and_a_plan_that_moved_on(seeded):
+    wanda = make_admin("wanda", writer=[NS])
+    client = logged_in(wanda)
+    count = Changeset.objects.count()
+    assert client.post(admin_restore(f"{NS}/order/a"), {"plan": "forged"}).status_code == 302
+    assert Changeset.objects.count() == count
+    preview = client.get(admin_restore(f"{NS}/order/a")).content.decode()
+    token = re.search(r'name="plan" value="([^"]+)"', preview).group(1)
+    # Re-created and deleted again meanwhile: another delete, another plan.
+    write(wanda, PutOp(k(f"{NS}/order/a"), {"v": "other"}))
+    write(wanda, DeleteOp(k(f"{NS}/order/a")))
+    count = Changeset.objects.count()
+    response = client.post(admin_restore(f"{NS}/order/a"), {"plan": token}, follow=True)
+    assert "nothing was restored" in response.content.decode()
+    assert Changeset.objects.count() == count and baseline.get(k(f"{NS}/order/a")) is None
