@@ -122,6 +122,72 @@ def scope_as_of(
 
 
 @dataclass(frozen=True)
+class ScopeChange:
+    """One key of a scope whose content differs between a point and now: what it
+    held then (``target``, None = absent) and its version now (None = absent)."""
+
+    key: EntityKey
+    target: dict[str, Any] | None
+    version_now: int | None
+
+
+# The baseline fast path of a scope restore, in one statement: the scope at the point
+# (as in ``_SCOPE_AS_OF``) full-joined with the live rows of the scope, keeping the
+# keys whose JSON text differs (jsonb text is canonical, so equal text is equal
+# content; the write service still compares what it is given). Only those rows come
+# back, with their count over all of them, so a scope of any size costs one index
+# range of its history plus its live rows, and memory follows the changes.
+_SCOPE_CHANGES = """
+WITH t AS (
+    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after
+    FROM changesets_revision
+    WHERE branch = '' AND seq <= %s AND {where_t}
+    ORDER BY namespace, kind, slug, seq DESC
+), n AS (
+    SELECT namespace_id, kind, slug, content, version FROM entities_entity WHERE {where_n}
+)
+SELECT COALESCE(t.namespace, n.namespace_id), COALESCE(t.kind, n.kind),
+       COALESCE(t.slug, n.slug), t.after, n.version, count(*) OVER ()
+FROM t FULL JOIN n
+  ON n.namespace_id = t.namespace AND n.kind = t.kind AND n.slug = t.slug
+WHERE t.after::text IS DISTINCT FROM n.content::text
+ORDER BY 1, 2, 3
+LIMIT %s
+"""
+
+
+def scope_changes_baseline(
+    *,
+    seq: int,
+    namespace: str,
+    kind: str | None = None,
+    slug_prefix: str | None = None,
+    limit: int,
+) -> tuple[list[ScopeChange], int]:
+    """The baseline keys of a scope whose content differs between changeset ``seq``
+    and now, in key order, at most ``limit`` of them, and how many there are."""
+    filters: dict[str, Any] = {
+        "namespaces": None,
+        "namespace": namespace,
+        "kind": kind,
+        "slug_prefix": slug_prefix,
+        "after": None,
+    }
+    where_t, params_t = entity_filters("namespace", "kind", "slug", **filters)
+    where_n, params_n = entity_filters("namespace_id", "kind", "slug", **filters)
+    sql = _SCOPE_CHANGES.format(where_t=where_t, where_n=where_n)
+    # Raw SQL buys DISTINCT ON and the full join with a window count in one statement.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [seq, *params_t, *params_n, limit])
+        rows = cursor.fetchall()
+    changes = [
+        ScopeChange(EntityKey(ns, k, s), load_json(after) if after is not None else None, version)
+        for ns, k, s, after, version, _ in rows
+    ]
+    return changes, rows[0][5] if rows else 0
+
+
+@dataclass(frozen=True)
 class DeletedEntity:
     """A trash entry: a baseline key whose newest revision is a delete."""
 

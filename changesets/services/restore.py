@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from atlas.exceptions import NotFound, PayloadTooLarge
@@ -21,7 +22,12 @@ from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, IfMatch, PutOp, WriteOp, same_content
 from changesets.selectors.asof import entity_as_of
 from changesets.selectors.log import entity_has_history
-from changesets.selectors.restore import scope_as_of, version_content
+from changesets.selectors.restore import (
+    ScopeChange,
+    scope_as_of,
+    scope_changes_baseline,
+    version_content,
+)
 from changesets.services.apply import (
     ApplyResult,
     PlannedResult,
@@ -33,9 +39,10 @@ from entities import access
 from entities.models import Namespace
 from entities.store import EntityKey, EntityStore, StoredEntity
 
-# A scope restore holds both states of its scope in memory to diff them; beyond
-# this many entities on either side it is refused (413: narrow it by kind or
-# slug_prefix), as delete-by-query refuses more matches than one changeset takes.
+# On a branch, a scope restore holds both states of its scope in memory to diff
+# them; beyond this many entities on either side it is refused (413: narrow it by
+# kind or slug_prefix), as delete-by-query refuses more matches than one changeset
+# takes. (On baseline PostgreSQL diffs them and only the changes are read.)
 MAX_SCOPE_ENTITIES = 100_000
 
 
@@ -152,11 +159,10 @@ def scope_restore(
 
     1. The namespace must exist and be readable (else 404), and the actor may
        write it on this store (403), before anything is read.
-    2. Two statements, set-based: the scope as it stood at ``as_of``
-       (:func:`~changesets.selectors.restore.scope_as_of`, baseline history)
-       and as it is now on ``store`` (its listing). Diffed in memory by exact
-       JSON; only keys that differ become ops, at most
-       ``ATLAS_MAX_BATCH_OPS`` (413 before any lock, dry runs too).
+    2. Set-based, never a query per entity (:func:`scope_changes`): the
+       scope as it stood at ``as_of`` (baseline history) diffed against the
+       scope as it is now on ``store``; only keys that differ become ops, at
+       most ``ATLAS_MAX_BATCH_OPS`` (413 before any lock, dry runs too).
     3. The write service locks those keys and the plan runs under its locks:
        every key must still be as step 2 saw it (same version, or still
        absent). One that moved is a racing write: the whole restore is
@@ -172,34 +178,13 @@ def scope_restore(
     if row is None or not access.can_read(actor, namespace):
         raise NotFound(f"Namespace {namespace!r} not found.", pointer="/namespace")
     access.require_write(actor, {namespace: row}, branch=store.branch)
-    then = {
-        image.key: image.content
-        for image in scope_as_of(
-            seq=as_of.seq,
-            namespace=namespace,
-            kind=kind,
-            slug_prefix=slug_prefix,
-            limit=MAX_SCOPE_ENTITIES + 1,
-        )
-    }
-    now = {
-        e.key: e
-        for e in store.list(
-            namespaces=None,
-            namespace=namespace,
-            kind=kind,
-            slug_prefix=slug_prefix,
-            limit=MAX_SCOPE_ENTITIES + 1,
-        )
-    }
-    if max(len(then), len(now)) > MAX_SCOPE_ENTITIES:
-        raise PayloadTooLarge(
-            f"More than {MAX_SCOPE_ENTITIES} entities in scope; narrow it (kind, slug_prefix).",
-            pointer="/namespace",
-        )
-    seen = _differing(then, now)
-    check_op_limit(len(seen), what="Restoring that scope")
-    keys = sorted(seen)
+    found = scope_changes(
+        store=store, seq=as_of.seq, namespace=namespace, kind=kind, slug_prefix=slug_prefix
+    )
+    check_op_limit(found.total, what="Restoring that scope")
+    keys = [c.key for c in found.changes]  # in key order, as step 2 read them
+    seen = {c.key: c.version_now for c in found.changes}
+    then = {c.key: c.target for c in found.changes if c.target is not None}
 
     def plan(current: Mapping[EntityKey, StoredEntity]) -> list[WriteOp]:
         return _plan(keys, seen, then, current)
@@ -217,19 +202,79 @@ def scope_restore(
     )
 
 
-def _differing(
-    then: Mapping[EntityKey, dict[str, Any]], now: Mapping[EntityKey, StoredEntity]
-) -> dict[EntityKey, int | None]:
-    """Keys whose content differs between the two states, each with the version
-    seen now (None: absent now), which the plan holds the locked row to."""
-    out: dict[EntityKey, int | None] = {}
-    for key in then.keys() | now.keys():
+@dataclass(frozen=True)
+class ScopeChanges:
+    """The keys of a scope whose content differs between a point and now (at most
+    one changeset's worth), and how many differ in all."""
+
+    changes: list[ScopeChange]
+    total: int
+
+
+def scope_changes(
+    *,
+    store: EntityStore,
+    seq: int,
+    namespace: str,
+    kind: str | None = None,
+    slug_prefix: str | None = None,
+) -> ScopeChanges:
+    """Step 2 of :func:`scope_restore`: what differs between changeset ``seq`` and
+    ``store`` now, set-based.
+
+    On baseline, one statement diffs the two states in PostgreSQL
+    (:func:`~changesets.selectors.restore.scope_changes_baseline`): only the
+    keys that differ are read. A branch store reads through to baseline in its
+    own listing, so there both states are read (one statement each, at most
+    ``MAX_SCOPE_ENTITIES`` entities, else 413) and diffed here, by exact JSON:
+    the long way, which the tests hold the baseline statement to.
+    """
+    limit = settings.ATLAS_MAX_BATCH_OPS + 1
+    if not store.branch:
+        changes, total = scope_changes_baseline(
+            seq=seq, namespace=namespace, kind=kind, slug_prefix=slug_prefix, limit=limit
+        )
+        return ScopeChanges(changes, total)
+    return scope_changes_in_memory(
+        store=store, seq=seq, namespace=namespace, kind=kind, slug_prefix=slug_prefix
+    )
+
+
+def scope_changes_in_memory(
+    *,
+    store: EntityStore,
+    seq: int,
+    namespace: str,
+    kind: str | None = None,
+    slug_prefix: str | None = None,
+) -> ScopeChanges:
+    """:func:`scope_changes` the long way, for any store: both states read (one
+    statement each), diffed here by exact JSON (``same_content``)."""
+    limit = settings.ATLAS_MAX_BATCH_OPS + 1
+    cap = MAX_SCOPE_ENTITIES + 1
+    then = {
+        image.key: image.content
+        for image in scope_as_of(
+            seq=seq, namespace=namespace, kind=kind, slug_prefix=slug_prefix, limit=cap
+        )
+    }
+    now = {
+        e.key: e
+        for e in store.list(
+            namespaces=None, namespace=namespace, kind=kind, slug_prefix=slug_prefix, limit=cap
+        )
+    }
+    if max(len(then), len(now)) > MAX_SCOPE_ENTITIES:
+        raise PayloadTooLarge(
+            f"More than {MAX_SCOPE_ENTITIES} entities in scope; narrow it (kind, slug_prefix).",
+            pointer="/namespace",
+        )
+    changes = []
+    for key in sorted(then.keys() | now.keys()):
         old, current = then.get(key), now.get(key)
-        if current is None:
-            out[key] = None  # existed then (it is in ``then``), absent now
-        elif old is None or not same_content(old, current.content):
-            out[key] = current.version
-    return out
+        if current is None or old is None or not same_content(old, current.content):
+            changes.append(ScopeChange(key, old, current.version if current else None))
+    return ScopeChanges(changes[:limit], len(changes))
 
 
 def _plan(

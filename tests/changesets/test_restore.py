@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from atlas.exceptions import PayloadTooLarge
 from branches.services import branch_create
+from branches.store import BranchStore
 from changesets.exceptions import RestoreConflict
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, canonical
@@ -397,11 +398,22 @@ def test_restore_scope_over_the_op_limit_is_413_dry_run_too(
     assert narrowed.status_code == 200
 
 
-def test_restore_scope_over_the_scope_limit_is_413(writer, namespace, monkeypatch):
+def test_on_a_branch_a_scope_over_the_read_limit_is_413(writer, namespace, monkeypatch):
     point = scope(writer)["point"]
+    store = BranchStore(branch_create(name="fix", actor=writer), writer=writer)
     monkeypatch.setattr(restore_service, "MAX_SCOPE_ENTITIES", 2)
     with pytest.raises(PayloadTooLarge, match="narrow it"):
-        scope_restore(store=baseline, actor=writer, namespace=NS, as_of=point)
+        scope_restore(store=store, actor=writer, namespace=NS, as_of=point)
+
+
+def test_restore_scope_on_a_branch_is_staged_there(writer, namespace):
+    point = scope(writer)["point"]
+    store = BranchStore(branch_create(name="fix", actor=writer), writer=writer)
+    done = scope_restore(store=store, actor=writer, namespace=NS, kind="order", as_of=point)
+    assert done.changeset is not None and done.changeset.branch == "fix"
+    assert [op["slug"] for op in done.ops] == ["a", "b", "c"]
+    assert_json_identical(store.get(key(A)).content, {"v": "a1"})
+    assert store.get(key(C)) is None and baseline.get(key(C)) is not None
 
 
 def test_restore_scope_visibility_and_roles(make_user, writer, client_for, namespace):
@@ -463,15 +475,15 @@ def test_a_scope_restore_costs_a_fixed_number_of_queries(
 def test_a_write_landing_between_plan_and_lock_refuses_the_restore(writer, namespace, monkeypatch):
     point = scope(writer)["point"]
     planned, raced = threading.Event(), threading.Event()
-    real_list = baseline.list
+    real_changes = restore_service.scope_changes
 
-    def pausing_list(**kw: Any) -> Any:
-        rows = real_list(**kw)  # the current state step 2 diffs against
+    def pausing_changes(**kw: Any) -> Any:
+        found = real_changes(**kw)  # step 2: what differs, and each key's version now
         planned.set()
         assert raced.wait(20)
-        return rows
+        return found
 
-    monkeypatch.setattr(baseline, "list", pausing_list)
+    monkeypatch.setattr(restore_service, "scope_changes", pausing_changes)
 
     def restore() -> Any:
         return scope_restore(store=baseline, actor=writer, namespace=NS, as_of=point)
@@ -579,6 +591,13 @@ def test_restore_then_revert_gives_back_the_exact_prior_state(writer, history, p
         e.key.slug: canonical(e.content)
         for e in entities_as_of(seq=point.seq, namespaces=None, namespace=ns, limit=100)
     }
+    # The baseline statement is a shortcut: it must find exactly what the long way finds.
+    fast = restore_service.scope_changes(store=baseline, seq=point.seq, namespace=ns)
+    slow = restore_service.scope_changes_in_memory(store=baseline, seq=point.seq, namespace=ns)
+    assert fast.total == slow.total
+    assert [(c.key, canonical(c.target), c.version_now) for c in fast.changes] == [
+        (c.key, canonical(c.target), c.version_now) for c in slow.changes
+    ]
     if whole:
         restored = scope_restore(store=baseline, actor=writer, namespace=ns, as_of=point).changeset
         expected = then
