@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from django.db import connection
@@ -65,7 +65,8 @@ def version_content(*, key: EntityKey, version: int, branch: str = BASELINE) -> 
     if not found:
         return None
     after, on, seq = found[0]
-    return VersionImage(content=after, version=version, branch=on, seq=seq)
+    # A revision with an after_version has an after image (revision_images_match_op).
+    return VersionImage(content=cast(dict[str, Any], after), version=version, branch=on, seq=seq)
 
 
 # One statement for a scope at a point: per key, its newest baseline revision at or
