@@ -13,8 +13,8 @@ revision is a delete, are facts of the log, never of the live table.
   history, never a query per entity.
 - :func:`deleted_entities` — a keyset page of the baseline keys whose newest
   revision is a delete, walked on the partial index ``revision_deletes``
-  (migration 0020): its cost follows the keys ever deleted in the scope, not
-  the live entities beside them.
+  (migration 0020) in batches limited on the walk: a page costs about its
+  own size, however many live entities or older deletes share the scope.
 """
 
 from __future__ import annotations
@@ -201,28 +201,31 @@ class DeletedEntity:
     seq: int
 
 
-# Per key (in key order, off the partial index ``revision_deletes``), its newest
-# delete; kept when the key is absent from the live table now, which (history being
-# complete) is when that delete is the key's newest revision. The LIMIT sits on the
-# walk, so a page costs about its own size plus the re-created keys it skips.
+# One batch of the trash walk: per key (in key order, off the partial index
+# ``revision_deletes``), its newest delete, ``batch`` keys at most, each with
+# whether the key lives again now (then that delete is not its newest revision:
+# history is complete). The LIMIT sits on the walk itself, so a batch costs its
+# own size however many keys follow; the caller drops the live ones and walks on.
 _DELETED = """
 SELECT d.namespace, d.kind, d.slug, d.before, d.before_version, d.changeset_id,
-       c.author_name, d.at, d.seq
+       c.author_name, d.at, d.seq,
+       EXISTS (
+           SELECT 1 FROM entities_entity e
+           WHERE e.namespace_id = d.namespace AND e.kind = d.kind AND e.slug = d.slug
+       )
 FROM (
     SELECT DISTINCT ON (namespace, kind, slug)
            namespace, kind, slug, before, before_version, changeset_id, at, seq
     FROM changesets_revision
     WHERE branch = '' AND op = 'delete' AND {where}
     ORDER BY namespace, kind, slug, seq DESC
+    LIMIT %s
 ) d
 JOIN changesets_changeset c ON c.id = d.changeset_id
-WHERE NOT EXISTS (
-    SELECT 1 FROM entities_entity e
-    WHERE e.namespace_id = d.namespace AND e.kind = d.kind AND e.slug = d.slug
-)
 ORDER BY d.namespace, d.kind, d.slug
-LIMIT %s
 """
+# Extra keys per batch, so a few re-created keys rarely cost a second round trip.
+_SLACK = 32
 
 
 def deleted_entities(
@@ -237,19 +240,29 @@ def deleted_entities(
     """One keyset page of the trash: baseline keys whose newest revision is a delete.
 
     ``namespaces`` is the caller's readable set (``None`` = all): keys in other
-    namespaces are never read (invariant 8).
+    namespaces are never read (invariant 8). Walked in batches of the page
+    size (plus slack), each next batch four times larger, like the as-of walk:
+    a long run of deleted-then-re-created keys costs a few round trips.
     """
-    where, params = entity_filters(
-        "namespace",
-        "kind",
-        "slug",
-        namespaces=namespaces,
-        namespace=namespace,
-        kind=kind,
-        slug_prefix=slug_prefix,
-        after=after,
-    )
-    return _deleted(where, [*params, limit])
+    out: list[DeletedEntity] = []
+    batch = limit + _SLACK
+    while True:
+        where, params = entity_filters(
+            "namespace",
+            "kind",
+            "slug",
+            namespaces=namespaces,
+            namespace=namespace,
+            kind=kind,
+            slug_prefix=slug_prefix,
+            after=after,
+        )
+        walked = _deleted(where, [*params, batch])
+        out.extend(entry for entry, alive in walked if not alive)
+        if len(out) >= limit or len(walked) < batch:
+            return out[:limit]
+        after = walked[-1][0].key
+        batch *= 4
 
 
 def deleted_entity(*, key: EntityKey) -> DeletedEntity | None:
@@ -257,23 +270,27 @@ def deleted_entity(*, key: EntityKey) -> DeletedEntity | None:
     found = _deleted(
         "namespace = %s AND kind = %s AND slug = %s", [key.namespace, key.kind, key.slug, 1]
     )
-    return found[0] if found else None
+    return found[0][0] if found and not found[0][1] else None
 
 
-def _deleted(where: str, params: Sequence[Any]) -> list[DeletedEntity]:
-    # Raw SQL buys DISTINCT ON over a partial index and the anti-join in one statement.
+def _deleted(where: str, params: Sequence[Any]) -> list[tuple[DeletedEntity, bool]]:
+    """One batch of the walk: (entry, lives again now) per key, in key order."""
+    # Raw SQL buys DISTINCT ON over a partial index, limited on the walk, in one statement.
     with connection.cursor() as cursor:
         cursor.execute(_DELETED.format(where=where), params)
         rows = cursor.fetchall()
     return [
-        DeletedEntity(
-            key=EntityKey(ns, k, s),
-            content=load_json(before),
-            last_version=version,
-            changeset_id=cs,
-            author=author,
-            at=at,
-            seq=seq,
+        (
+            DeletedEntity(
+                key=EntityKey(ns, k, s),
+                content=load_json(before),
+                last_version=version,
+                changeset_id=cs,
+                author=author,
+                at=at,
+                seq=seq,
+            ),
+            alive,
         )
-        for ns, k, s, before, version, cs, author, at, seq in rows
+        for ns, k, s, before, version, cs, author, at, seq, alive in rows
     ]

@@ -197,3 +197,15 @@ def test_confirm_refuses_a_missing_token_and_a_plan_that_moved_on(seeded):
     response = client.post(admin_restore(f"{NS}/order/a"), {"plan": token}, follow=True)
     assert "nothing was restored" in response.content.decode()
     assert Changeset.objects.count() == count and baseline.get(k(f"{NS}/order/a")) is None
+
+
+def test_a_long_run_of_re_created_keys_is_walked_past(make_user, client_for):
+    alice = make_user("alice", writer=[NS])
+    ops = [PutOp(k(f"{NS}/r/s{i:03}"), {"i": i}) for i in range(120)]
+    write(alice, *ops)
+    write(alice, *[DeleteOp(op.key) for op in ops])
+    write(alice, *ops[:110])  # back again: their deletes are no longer their newest revision
+    page = trash(client_for(alice), kind="r", page_size=5).json()
+    assert [r["slug"] for r in page["results"]] == [f"s{i:03}" for i in range(110, 115)]
+    rest = trash(client_for(alice), kind="r", page_token=page["next_page_token"]).json()
+    assert [r["slug"] for r in rest["results"]] == [f"s{i:03}" for i in range(115, 120)]
