@@ -399,6 +399,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RevisionOpEnum": ["create", "update", "delete"],
         "BatchOpKindEnum": ["put", "patch", "delete"],
+        # The ops revert, import and restore report (batch ops without patch).
+        "PlannedOpKindEnum": ["put", "delete"],
         "WriteStatusEnum": ["created", "updated", "deleted", "unchanged"],
         "RoleEnum": ["reader", "writer", "maintainer"],
     },

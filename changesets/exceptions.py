@@ -25,6 +25,12 @@ class PlanChanged(Conflict):
     type, title = "plan-changed", "The plan changed since the dry run"
 
 
+class RestoreConflict(Conflict):
+    """A scope restore found an entity moved on between planning and its locks (409)."""
+
+    type, title = "restore-conflict", "The scope cannot be restored"
+
+
 class NdjsonError(BadRequest):
     type, title = "invalid-ndjson", "Invalid changeset file"
 

@@ -176,6 +176,13 @@ class Revision(AppendOnlyModel):
                 condition=Q(op="create"),
                 name="revision_creates",
             ),
+            # The trash walks the keys ever deleted, in key order, each's newest
+            # delete first (``changesets.selectors.restore.deleted_entities``).
+            models.Index(
+                fields=["branch", "namespace", "kind", "slug", "-seq"],
+                condition=Q(op="delete"),
+                name="revision_deletes",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -219,6 +219,8 @@ class EntityAdmin(NamespaceScopedAdmin):
     show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) per choice
     paginator = EstimatedCountPaginator
     list_per_page = 50
+    # Adds a "Deleted entities" link (the changesets admin's trash, by URL name).
+    change_list_template = "admin/entities/entity/change_list.html"
     fields = (
         "key",
         "version",

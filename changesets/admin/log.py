@@ -24,7 +24,7 @@ from atlas.admin_mixins import (
     admin_roles,
     pretty_json,
 )
-from changesets.admin import pages, revert
+from changesets.admin import pages, revert, trash
 from changesets.admin.changelist import (
     AuthorFilter,
     BranchFilter,
@@ -237,7 +237,23 @@ class RevisionAdmin(NamespaceScopedAdmin):
     def get_urls(self) -> list[Any]:
         history = self.admin_site.admin_view(self.entity_history_view)
         as_of = self.admin_site.admin_view(self.entity_as_of_view)
+        site = self.admin_site
         return [
+            path(
+                "deleted/",
+                site.admin_view(self.trash_index_view),
+                name="changesets_revision_deleted_index",
+            ),
+            path(
+                "deleted/<str:namespace>/",
+                site.admin_view(self.trash_view),
+                name="changesets_revision_deleted",
+            ),
+            path(
+                "deleted/<str:namespace>/<str:kind>/<str:slug>/restore/",
+                site.admin_view(self.restore_view),
+                name="changesets_revision_restore",
+            ),
             path(
                 "entity/<str:namespace>/<str:kind>/<str:slug>/",
                 history,
@@ -255,6 +271,17 @@ class RevisionAdmin(NamespaceScopedAdmin):
         self, request: HttpRequest, namespace: str, kind: str, slug: str
     ) -> HttpResponse:
         return pages.entity_history_view(self, request, namespace, kind, slug)
+
+    def trash_index_view(self, request: HttpRequest) -> HttpResponse:
+        return trash.trash_index_view(self, request)
+
+    def trash_view(self, request: HttpRequest, namespace: str) -> HttpResponse:
+        return trash.trash_view(self, request, namespace)
+
+    def restore_view(
+        self, request: HttpRequest, namespace: str, kind: str, slug: str
+    ) -> HttpResponse:
+        return trash.restore_view(self, request, namespace, kind, slug)
 
     def entity_as_of_view(
         self, request: HttpRequest, namespace: str, kind: str, slug: str, changeset_id: Any

@@ -24,7 +24,7 @@ from changesets.services.apply import changeset_apply
 from changesets.services.delete_by_query import entities_delete_by_query
 from entities.api import serializers as s
 from entities.api.batch import BatchBodySerializer, parse_batch
-from entities.api.views import WRITE_ERRORS, WRITE_STATUSES, changeset_or_none
+from entities.api.responses import WRITE_ERRORS, WRITE_STATUSES, changeset_or_none
 
 BatchResponseSerializer = inline_serializer(
     "BatchResponse",

@@ -25,6 +25,7 @@ from atlas.api.inputs import (
     namespace_field,
     prefix_error,
 )
+from atlas.api.keys import AsOfSerializer
 from atlas.api.render import rfc3339
 from entities.store import StoredEntity
 
@@ -53,11 +54,53 @@ class EntitySerializer(serializers.Serializer):
     changeset_id = serializers.UUIDField(help_text="The changeset that last wrote it")
 
 
+def deleted_entity_repr(entry: Any) -> dict[str, Any]:
+    """A trash entry (``changesets.selectors.restore.DeletedEntity``): what the
+    delete removed, the version it removed, and who deleted it when."""
+    return {
+        "namespace": entry.key.namespace,
+        "kind": entry.key.kind,
+        "slug": entry.key.slug,
+        "content": entry.content,
+        "last_version": entry.last_version,
+        "deleted_by": {
+            "changeset_id": str(entry.changeset_id),
+            "author": entry.author,
+            "at": rfc3339(entry.at),
+        },
+    }
+
+
+class DeletedBySerializer(serializers.Serializer):
+    changeset_id = serializers.UUIDField()
+    author = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+# One item of ``GET /entities``: an entity, or with ``deleted=true`` a trash entry
+# (``namespace``, ``kind``, ``slug``, ``content`` as last held, ``last_version``,
+# ``deleted_by``). One schema for both, so a page validates whichever it holds.
+class EntityListItemSerializer(serializers.Serializer):
+    namespace = serializers.CharField()
+    kind = serializers.CharField()
+    slug = serializers.CharField()
+    content = serializers.DictField(help_text="Trash: the content the delete removed")
+    version = serializers.IntegerField(required=False, help_text="Live entities")
+    created_at = serializers.DateTimeField(required=False, help_text="Live entities")
+    updated_at = serializers.DateTimeField(required=False, help_text="Live entities")
+    changeset_id = serializers.UUIDField(required=False, help_text="Live entities: last writer")
+    last_version = serializers.IntegerField(
+        required=False, help_text="Trash: the version the delete removed"
+    )
+    deleted_by = DeletedBySerializer(required=False, help_text="Trash: the deleting changeset")
+
+
 # A page is one object ({results, next_page_token}), not a list of them.
 @extend_schema_serializer(many=False)
-class EntityPageSerializer(serializers.Serializer):
-    results = EntitySerializer(many=True)
+class EntityListPageSerializer(serializers.Serializer):
+    results = EntityListItemSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)
+    as_of = AsOfSerializer(required=False)
 
 
 class PutBodySerializer(strict.Body):
@@ -102,4 +145,8 @@ class EntityListQuery(strict.Query):
         message=f"At most {MAX_PREFIX_LENGTH} characters, no NUL.",
         schema={"type": "string", "maxLength": MAX_PREFIX_LENGTH, "pattern": NO_NUL},
         required=False,
+    )
+    deleted = strict.QueryBooleanField(
+        required=False,
+        help_text="true: the trash (entities whose newest revision is a delete), baseline only.",
     )

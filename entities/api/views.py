@@ -12,8 +12,7 @@ import functools
 import hashlib
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -39,86 +38,72 @@ from atlas.api.openapi import (
     PROBLEM,
 )
 from atlas.api.provenance import request_context
-from atlas.api.representations import (
-    ChangesetSerializer,
-    changeset_repr,
-)
 from atlas.api.viewsets import ViewSet
 from atlas.exceptions import NotFound
 from atlas.replicas import has_as_of, replica_read
 from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.selectors import asof
-from changesets.services.apply import ApplyResult, changeset_apply
+from changesets.services.apply import changeset_apply
 from entities import access
 from entities.api import serializers as s
 from entities.api.history import HistoryActions
 from entities.api.lookups import list_pin, path_key, pin_as_of, require_readable
-from entities.store import EntityKey
-
-WRITE_STATUSES = ["created", "updated", "deleted", "unchanged"]
-WRITE_ERRORS = (400, 403, 404, 409, 412, 413, 415, 422)
-
-WriteResponseSerializer = inline_serializer(
-    "EntityWriteResponse",
-    {
-        "entity": s.EntitySerializer(allow_null=True),
-        "changeset": ChangesetSerializer(allow_null=True),
-        "status": serializers.ChoiceField(WRITE_STATUSES),
-    },
+from entities.api.responses import (
+    WRITE_ERRORS,
+    WriteResponseSerializer,
+    write_response,
 )
-
-
-def changeset_or_none(result: ApplyResult) -> dict[str, Any] | None:
-    return changeset_repr(result.changeset, result.revisions) if result.changeset else None
-
-
-def write_response(result: ApplyResult, key: EntityKey) -> Response:
-    entity = result.entities.get(key)
-    status_word = result.results[-1].status if result.results else "unchanged"
-    body = {
-        "entity": s.entity_repr(entity) if entity is not None else None,
-        "changeset": changeset_or_none(result),
-        "status": status_word,
-    }
-    response = Response(body, status=201 if status_word == "created" else 200)
-    if entity is not None:
-        response["ETag"] = etag(entity.version)
-    return response
+from entities.api.restore import RestoreActions
+from entities.api.trash import trash_page
+from entities.store import EntityKey
 
 
 def _filters_digest(parts: list[Any]) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 
-def _list_filters(request: Request) -> tuple[str | None, str | None, str | None]:
-    """``namespace``, ``kind``, ``slug_prefix`` of ``GET /entities`` (empty = absent)."""
+def _list_filters(request: Request) -> tuple[str | None, str | None, str | None, bool]:
+    """``namespace``, ``kind``, ``slug_prefix`` (empty = absent) and ``deleted`` of
+    ``GET /entities``."""
     paging.check_known_params(
         request,
         {*s.EntityListQuery.names(), "page_size", "page_token", "as_of", "as_of_time"},
     )
     filters = strict.validated(s.EntityListQuery, request.query_params)
-    return filters.get("namespace"), filters.get("kind"), filters.get("slug_prefix")
+    return (
+        filters.get("namespace"),
+        filters.get("kind"),
+        filters.get("slug_prefix"),
+        bool(filters.get("deleted")),
+    )
 
 
-class EntityViewSet(HistoryActions, ViewSet):
+class EntityViewSet(HistoryActions, RestoreActions, ViewSet):
     lookup_fields = ("namespace", "kind", "slug")
 
     @extend_schema(
         operation_id="entities_list",
-        summary="List entities in (namespace, kind, slug) order",
+        summary="List entities in (namespace, kind, slug) order; the trash with deleted=true",
         parameters=[
             s.EntityListQuery,
             *PAGE_PARAMS,
             *AS_OF_PARAMS,
             BRANCH_PARAM,
         ],
-        responses={200: s.EntityPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={
+            200: s.EntityListPageSerializer,
+            400: PROBLEM,
+            404: PROBLEM,
+            422: PROBLEM,
+        },
     )
     @replica_read(when=has_as_of)
     def list(self, request: Request) -> Response:
-        namespace, kind, slug_prefix = _list_filters(request)
+        namespace, kind, slug_prefix, deleted = _list_filters(request)
         store = store_for(request)
+        if deleted:
+            return trash_page(request, store, namespace=namespace, kind=kind, prefix=slug_prefix)
         pinned, point = list_pin(request, store)
         read = functools.partial(asof.entities_as_of, seq=pinned["seq"]) if pinned else store.list
         page = paging.keyset_page(

@@ -119,6 +119,13 @@ SEMANTIC_REJECTIONS: list[tuple[int, str, str | None]] = [
     (422, "/as_of_time", "RFC 3339"),
     (422, "/from_time", "RFC 3339"),
     (422, "/to_time", "RFC 3339"),
+    # A restore names exactly one point: version, as_of or as_of_time (docs/history.md,
+    # "Restore"); the trash lists the present, so not beside as_of (422 each).
+    (422, "/version", "Give exactly one of"),
+    (422, "/as_of", "Give exactly one of"),
+    (422, "/as_of_time", "Give exactly one of"),
+    (422, "/as_of", "deleted=true lists the trash"),
+    (422, "/as_of_time", "deleted=true lists the trash"),
     # Webhook hosts must resolve (to a public address unless allowed): docs/feed.md.
     (422, "/url", None),
     # Subscription namespaces must exist.

@@ -1,0 +1,296 @@
+"""Reads behind restore: a version's content, a scope's as-of state, the trash.
+
+All three read revision rows only: history is complete (invariant 1), so the
+content an entity had at any version or point, and whether its newest
+revision is a delete, are facts of the log, never of the live table.
+
+- :func:`version_content` — one key's content at a version (a seek on
+  ``revision_history``; a key's history is short beside the log's).
+- :func:`scope_as_of` — every entity of a scope as it stood right after a
+  changeset, in **one** statement (``DISTINCT ON`` the key, newest revision at
+  or before the point, on ``revision_history``): restore diffs it against the
+  current state in memory, so its cost is one index range of the scope's
+  history, never a query per entity.
+- :func:`deleted_entities` — a keyset page of the baseline keys whose newest
+  revision is a delete, walked on the partial index ``revision_deletes``
+  (migration 0020) in batches limited on the walk: a page costs about its
+  own size, however many live entities or older deletes share the scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+from uuid import UUID
+
+from django.db import connection
+
+from changesets.models import BASELINE, Revision
+from entities.store import EntityKey, entity_filters, load_json
+
+
+@dataclass(frozen=True)
+class VersionImage:
+    """What a key held at one version, and where in the log that version was written."""
+
+    content: dict[str, Any]
+    version: int
+    branch: str
+    seq: int
+
+
+def version_content(*, key: EntityKey, version: int, branch: str = BASELINE) -> VersionImage | None:
+    """The content ``key`` had at ``version`` as seen from ``branch`` (None: no such version).
+
+    A version is written by exactly one revision per line of history (versions
+    never restart: a re-created key continues after its last one). On a branch
+    the branch's own revision wins over baseline's, as its reads do; then the
+    newest baseline one.
+    """
+    branches = [branch] if branch == BASELINE else [branch, BASELINE]
+    rows = (
+        Revision.objects.filter(
+            branch__in=branches,
+            namespace=key.namespace,
+            kind=key.kind,
+            slug=key.slug,
+            after_version=version,
+        )
+        .order_by("-seq")
+        .values_list("after", "branch", "seq")
+    )
+    found = sorted(rows, key=lambda row: row[1] != branch)  # stable: newest first within a side
+    if not found:
+        return None
+    after, on, seq = found[0]
+    # A revision with an after_version has an after image (revision_images_match_op).
+    return VersionImage(content=cast(dict[str, Any], after), version=version, branch=on, seq=seq)
+
+
+# One statement for a scope at a point: per key, its newest baseline revision at or
+# before ``seq`` (an index range of ``revision_history`` read in key order; the
+# ``DISTINCT ON`` keeps the first row of each key). Keys deleted at the point are
+# dropped outside, so the LIMIT counts entities that existed then.
+_SCOPE_AS_OF = """
+SELECT namespace, kind, slug, after, after_version FROM (
+    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after, after_version
+    FROM changesets_revision
+    WHERE branch = '' AND seq <= %s AND {where}
+    ORDER BY namespace, kind, slug, seq DESC
+) s
+WHERE after IS NOT NULL
+ORDER BY namespace, kind, slug
+LIMIT %s
+"""
+
+
+@dataclass(frozen=True)
+class ScopeImage:
+    key: EntityKey
+    content: dict[str, Any]
+    version: int
+
+
+def scope_as_of(
+    *,
+    seq: int,
+    namespace: str,
+    kind: str | None = None,
+    slug_prefix: str | None = None,
+    limit: int,
+) -> list[ScopeImage]:
+    """Every baseline entity of the scope as it stood right after changeset ``seq``,
+    in key order, at most ``limit`` (one statement; see the module docstring)."""
+    where, params = entity_filters(
+        "namespace",
+        "kind",
+        "slug",
+        namespaces=None,
+        namespace=namespace,
+        kind=kind,
+        slug_prefix=slug_prefix,
+        after=None,
+    )
+    # Raw SQL buys DISTINCT ON over the history index, which the ORM cannot spell.
+    with connection.cursor() as cursor:
+        cursor.execute(_SCOPE_AS_OF.format(where=where), [seq, *params, limit])
+        return [
+            ScopeImage(EntityKey(ns, k, s), load_json(after), version)
+            for ns, k, s, after, version in cursor.fetchall()
+        ]
+
+
+@dataclass(frozen=True)
+class ScopeChange:
+    """One key of a scope whose content differs between a point and now: what it
+    held then (``target``, None = absent) and its version now (None = absent)."""
+
+    key: EntityKey
+    target: dict[str, Any] | None
+    version_now: int | None
+
+
+# The baseline fast path of a scope restore, in one statement: the scope at the point
+# (as in ``_SCOPE_AS_OF``) full-joined with the live rows of the scope, keeping the
+# keys whose JSON text differs (jsonb text is canonical, so equal text is equal
+# content; the write service still compares what it is given). Only those rows come
+# back, with their count over all of them, so a scope of any size costs one index
+# range of its history plus its live rows, and memory follows the changes.
+_SCOPE_CHANGES = """
+WITH t AS (
+    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after
+    FROM changesets_revision
+    WHERE branch = '' AND seq <= %s AND {where_t}
+    ORDER BY namespace, kind, slug, seq DESC
+), n AS (
+    SELECT namespace_id, kind, slug, content, version FROM entities_entity WHERE {where_n}
+)
+SELECT COALESCE(t.namespace, n.namespace_id), COALESCE(t.kind, n.kind),
+       COALESCE(t.slug, n.slug), t.after, n.version, count(*) OVER ()
+FROM t FULL JOIN n
+  ON n.namespace_id = t.namespace AND n.kind = t.kind AND n.slug = t.slug
+WHERE t.after::text IS DISTINCT FROM n.content::text
+ORDER BY 1, 2, 3
+LIMIT %s
+"""
+
+
+def scope_changes_baseline(
+    *,
+    seq: int,
+    namespace: str,
+    kind: str | None = None,
+    slug_prefix: str | None = None,
+    limit: int,
+) -> tuple[list[ScopeChange], int]:
+    """The baseline keys of a scope whose content differs between changeset ``seq``
+    and now, in key order, at most ``limit`` of them, and how many there are."""
+    filters: dict[str, Any] = {
+        "namespaces": None,
+        "namespace": namespace,
+        "kind": kind,
+        "slug_prefix": slug_prefix,
+        "after": None,
+    }
+    where_t, params_t = entity_filters("namespace", "kind", "slug", **filters)
+    where_n, params_n = entity_filters("namespace_id", "kind", "slug", **filters)
+    sql = _SCOPE_CHANGES.format(where_t=where_t, where_n=where_n)
+    # Raw SQL buys DISTINCT ON and the full join with a window count in one statement.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [seq, *params_t, *params_n, limit])
+        rows = cursor.fetchall()
+    changes = [
+        ScopeChange(EntityKey(ns, k, s), load_json(after) if after is not None else None, version)
+        for ns, k, s, after, version, _ in rows
+    ]
+    return changes, rows[0][5] if rows else 0
+
+
+@dataclass(frozen=True)
+class DeletedEntity:
+    """A trash entry: a baseline key whose newest revision is a delete."""
+
+    key: EntityKey
+    content: dict[str, Any]  # what the delete removed (its revision's ``before``)
+    last_version: int  # the version the delete removed
+    changeset_id: UUID
+    author: str
+    at: datetime
+    seq: int
+
+
+# One batch of the trash walk: per key (in key order, off the partial index
+# ``revision_deletes``), its newest delete, ``batch`` keys at most, each with
+# whether the key lives again now (then that delete is not its newest revision:
+# history is complete). The LIMIT sits on the walk itself, so a batch costs its
+# own size however many keys follow; the caller drops the live ones and walks on.
+_DELETED = """
+SELECT d.namespace, d.kind, d.slug, d.before, d.before_version, d.changeset_id,
+       c.author_name, d.at, d.seq,
+       EXISTS (
+           SELECT 1 FROM entities_entity e
+           WHERE e.namespace_id = d.namespace AND e.kind = d.kind AND e.slug = d.slug
+       )
+FROM (
+    SELECT DISTINCT ON (namespace, kind, slug)
+           namespace, kind, slug, before, before_version, changeset_id, at, seq
+    FROM changesets_revision
+    WHERE branch = '' AND op = 'delete' AND {where}
+    ORDER BY namespace, kind, slug, seq DESC
+    LIMIT %s
+) d
+JOIN changesets_changeset c ON c.id = d.changeset_id
+ORDER BY d.namespace, d.kind, d.slug
+"""
+# Extra keys per batch, so a few re-created keys rarely cost a second round trip.
+_SLACK = 32
+
+
+def deleted_entities(
+    *,
+    namespaces: Sequence[str] | None,
+    namespace: str | None = None,
+    kind: str | None = None,
+    slug_prefix: str | None = None,
+    after: EntityKey | None = None,
+    limit: int = 50,
+) -> list[DeletedEntity]:
+    """One keyset page of the trash: baseline keys whose newest revision is a delete.
+
+    ``namespaces`` is the caller's readable set (``None`` = all): keys in other
+    namespaces are never read (invariant 8). Walked in batches of the page
+    size (plus slack), each next batch four times larger, like the as-of walk:
+    a long run of deleted-then-re-created keys costs a few round trips.
+    """
+    out: list[DeletedEntity] = []
+    batch = limit + _SLACK
+    while True:
+        where, params = entity_filters(
+            "namespace",
+            "kind",
+            "slug",
+            namespaces=namespaces,
+            namespace=namespace,
+            kind=kind,
+            slug_prefix=slug_prefix,
+            after=after,
+        )
+        walked = _deleted(where, [*params, batch])
+        out.extend(entry for entry, alive in walked if not alive)
+        if len(out) >= limit or len(walked) < batch:
+            return out[:limit]
+        after = walked[-1][0].key
+        batch *= 4
+
+
+def deleted_entity(*, key: EntityKey) -> DeletedEntity | None:
+    """``key``'s trash entry: its newest delete, if that is its newest revision (else None)."""
+    found = _deleted(
+        "namespace = %s AND kind = %s AND slug = %s", [key.namespace, key.kind, key.slug, 1]
+    )
+    return found[0][0] if found and not found[0][1] else None
+
+
+def _deleted(where: str, params: Sequence[Any]) -> list[tuple[DeletedEntity, bool]]:
+    """One batch of the walk: (entry, lives again now) per key, in key order."""
+    # Raw SQL buys DISTINCT ON over a partial index, limited on the walk, in one statement.
+    with connection.cursor() as cursor:
+        cursor.execute(_DELETED.format(where=where), params)
+        rows = cursor.fetchall()
+    return [
+        (
+            DeletedEntity(
+                key=EntityKey(ns, k, s),
+                content=load_json(before),
+                last_version=version,
+                changeset_id=cs,
+                author=author,
+                at=at,
+                seq=seq,
+            ),
+            alive,
+        )
+        for ns, k, s, before, version, cs, author, at, seq, alive in rows
+    ]
