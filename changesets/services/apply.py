@@ -99,12 +99,19 @@ def changeset_apply(
        ``changesets.provenance``; no context is a system write), its revisions
        and its journal entry. Every store's writes ride in it
        (``EntityStore.write_sql``). The write hooks run after it, in the transaction.
+    5. Not ``durable``: a host project may call it inside its own transaction
+       (its row and the changeset commit together, docs/embedding.md). Each
+       attempt is then a savepoint, so a retry still starts clean; the log
+       head's lock is held until the caller's COMMIT, which keeps seq order
+       commit order but makes every other writer wait for the rest of that
+       transaction, so callers keep it short. Atlas's own callers run it
+       outside any transaction.
     """
     if plan is None:
         check_op_limit(len(ops))
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            with transaction.atomic(durable=True):
+            with transaction.atomic():
                 return _apply_once(
                     store=store,
                     actor=actor,
