@@ -1,5 +1,9 @@
 """Atlas settings, all from the environment (the table under "Configuration" in README.md).
 
+This is Atlas's own project's settings module. The apps never assume it: a
+host project has its own, and the apps read every ``ATLAS_*`` setting through
+``atlas.conf``, which supplies the defaults (docs/embedding.md).
+
 Development defaults apply only while ``DEBUG`` is on; with ``DEBUG`` off a
 missing ``SECRET_KEY`` is an error rather than a silently insecure default.
 """
@@ -12,6 +16,8 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from atlas import conf as atlas_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -246,10 +252,7 @@ for _proxy in ATLAS_TRUSTED_PROXIES:
 # styles stay allowed: the admin's change list and Swagger UI's page carry a <style>
 # block and Swagger UI sets style attributes; inline scripts do not run.
 ATLAS_CONTENT_SECURITY_POLICY = os.environ.get(
-    "ATLAS_CONTENT_SECURITY_POLICY",
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; "
-    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+    "ATLAS_CONTENT_SECURITY_POLICY", atlas_conf.CONTENT_SECURITY_POLICY
 )
 
 # Django's own body cap answers 400; Atlas enforces ATLAS_MAX_BODY_BYTES itself to answer 413.

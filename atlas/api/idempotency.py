@@ -61,7 +61,6 @@ from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.http import HttpResponse
 from django.utils import timezone
@@ -69,6 +68,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from atlas import conf
 from atlas.api.auth import actor
 from atlas.api.errors import problem_exception_handler, problem_for
 from atlas.exceptions import Conflict, ValidationFailed
@@ -170,7 +170,7 @@ def _unlock(lock: int) -> None:
 
 
 def _expired(record: IdempotencyRecord) -> bool:
-    ttl = timedelta(hours=settings.ATLAS_IDEMPOTENCY_TTL_HOURS)
+    ttl = timedelta(hours=conf.get("ATLAS_IDEMPOTENCY_TTL_HOURS"))
     return record.created_at < timezone.now() - ttl
 
 

@@ -16,11 +16,11 @@ from typing import Any
 from uuid import UUID
 
 import uuid6
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
+from atlas import conf
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
 from changesets.exceptions import TooManyOps
@@ -56,7 +56,7 @@ def check_op_limit(count: int, *, what: str = "") -> None:
     (an import file) may call it first to refuse without locking anything;
     ``what`` names the request in the detail ("Merging branch 'x'").
     """
-    limit = settings.ATLAS_MAX_BATCH_OPS
+    limit = conf.get("ATLAS_MAX_BATCH_OPS")
     if count > limit:
         raise TooManyOps(count, limit, what=what)
 
