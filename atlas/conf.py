@@ -61,3 +61,50 @@ def get(name: str) -> Any:
     """
     default = DEFAULTS[name]
     return getattr(settings, name, default)
+
+
+# What Atlas's API views expect of DRF (problem+json errors, hashed API tokens, the
+# JSON parser with its body limit, RFC 3339 times with milliseconds) and of
+# drf-spectacular (its schema and hooks). Atlas's own settings use these dicts; a host
+# project merges them into its own: ``REST_FRAMEWORK = {**atlas.conf.REST_FRAMEWORK, ...}``.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Hashed API tokens (atlas.models.ApiToken), in place of DRF's authtoken.
+        "atlas.api.auth.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+        "atlas.api.auth.DevAuthorHeaderAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["atlas.api.LimitedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "atlas.api.problem_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Atlas API",
+    "DESCRIPTION": "Every write to a store of JSON entities as an attributable, "
+    "reviewable, revertible changeset.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from drf-spectacular-sidecar (pinned in requirements.txt), not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    # PATCH bodies are described as they are validated (required fields stay required).
+    "COMPONENT_SPLIT_PATCH": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "atlas.api.errors.problem_schema_hook",
+        "atlas.api.errors.input_rules_schema_hook",
+    ],
+    "ENUM_NAME_OVERRIDES": {
+        "RevisionOpEnum": ["create", "update", "delete"],
+        "BatchOpKindEnum": ["put", "patch", "delete"],
+        "WriteStatusEnum": ["created", "updated", "deleted", "unchanged"],
+        "RoleEnum": ["reader", "writer", "maintainer"],
+    },
+}

@@ -259,47 +259,10 @@ ATLAS_CONTENT_SECURITY_POLICY = os.environ.get(
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 # --- REST framework -------------------------------------------------------------
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        # Hashed API tokens (atlas.models.ApiToken), in place of DRF's authtoken.
-        "atlas.api.auth.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-        "atlas.api.auth.DevAuthorHeaderAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["atlas.api.LimitedJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "EXCEPTION_HANDLER": "atlas.api.problem_exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
-}
-
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Atlas API",
-    "DESCRIPTION": "Every write to a store of JSON entities as an attributable, "
-    "reviewable, revertible changeset.",
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    # Swagger UI from drf-spectacular-sidecar (pinned in requirements.txt), not a CDN.
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    "COMPONENT_SPLIT_REQUEST": True,
-    # PATCH bodies are described as they are validated (required fields stay required).
-    "COMPONENT_SPLIT_PATCH": False,
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "atlas.api.errors.problem_schema_hook",
-        "atlas.api.errors.input_rules_schema_hook",
-    ],
-    "ENUM_NAME_OVERRIDES": {
-        "RevisionOpEnum": ["create", "update", "delete"],
-        "BatchOpKindEnum": ["put", "patch", "delete"],
-        "WriteStatusEnum": ["created", "updated", "deleted", "unchanged"],
-        "RoleEnum": ["reader", "writer", "maintainer"],
-    },
-}
+# Atlas's views need these DRF and drf-spectacular settings; atlas.conf holds them so
+# that a host project merges the same dicts (docs/embedding.md).
+REST_FRAMEWORK = dict(atlas_conf.REST_FRAMEWORK)
+SPECTACULAR_SETTINGS = dict(atlas_conf.SPECTACULAR_SETTINGS)
 
 # --- Celery -----------------------------------------------------------------------
 _broker_dir = BASE_DIR / ".atlas" / "broker"
