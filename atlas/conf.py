@@ -67,7 +67,7 @@ def get(name: str) -> Any:
 # JSON parser with its body limit, RFC 3339 times with milliseconds) and of
 # drf-spectacular (its schema and hooks). Atlas's own settings use these dicts; a host
 # project merges them into its own: ``REST_FRAMEWORK = {**atlas.conf.REST_FRAMEWORK, ...}``.
-REST_FRAMEWORK = {
+REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Hashed API tokens (atlas.models.ApiToken), in place of DRF's authtoken.
         "atlas.api.auth.TokenAuthentication",
@@ -83,7 +83,7 @@ REST_FRAMEWORK = {
     "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
 }
 
-SPECTACULAR_SETTINGS = {
+SPECTACULAR_SETTINGS: dict[str, Any] = {
     "TITLE": "Atlas API",
     "DESCRIPTION": "Every write to a store of JSON entities as an attributable, "
     "reviewable, revertible changeset.",

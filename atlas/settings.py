@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -261,8 +262,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = None
 # --- REST framework -------------------------------------------------------------
 # Atlas's views need these DRF and drf-spectacular settings; atlas.conf holds them so
 # that a host project merges the same dicts (docs/embedding.md).
-REST_FRAMEWORK = dict(atlas_conf.REST_FRAMEWORK)
-SPECTACULAR_SETTINGS = dict(atlas_conf.SPECTACULAR_SETTINGS)
+REST_FRAMEWORK: dict[str, Any] = dict(atlas_conf.REST_FRAMEWORK)
+SPECTACULAR_SETTINGS: dict[str, Any] = dict(atlas_conf.SPECTACULAR_SETTINGS)
 
 # --- Celery -----------------------------------------------------------------------
 _broker_dir = BASE_DIR / ".atlas" / "broker"
