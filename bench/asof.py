@@ -86,6 +86,8 @@ def populate(cursor, entities: int, updates: int) -> None:
         """,
         {"ns": NS, "u": updates, "e": entities, "p": PAYLOAD, "base": base},
     )
+    # ALTER TABLE refuses while the insert's deferred foreign-key checks are queued.
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
     cursor.execute("ALTER TABLE entities_entity ENABLE TRIGGER entity_write_guard")
     cursor.execute(
         "UPDATE changesets_loghead SET seq = %s, at = GREATEST(at, to_timestamp(%s / 1000.0))"
