@@ -28,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from atlas import conf
 from changesets.outbox.metrics import journal_lag_seconds, scrape_registry
 
 BROKER_TIMEOUT_SECONDS = 1.0
@@ -67,7 +68,7 @@ def journal_status() -> str:
         lag = journal_lag_seconds()
     except Exception as exc:  # noqa: BLE001 - reported, never raised from a probe
         return f"error: {type(exc).__name__}"
-    limit = float(settings.ATLAS_JOURNAL_MAX_LAG_SECONDS)
+    limit = float(conf.get("ATLAS_JOURNAL_MAX_LAG_SECONDS"))
     if lag > limit:
         return f"lagging: oldest unpublished changeset is {lag:.0f} s old (limit {limit:g} s)"
     return "ok"
@@ -117,7 +118,7 @@ class MetricsBearerAuthentication(BaseAuthentication):
         auth = get_authorization_header(request).split()
         if not auth or auth[0].lower() != b"bearer":
             return None
-        expected = settings.ATLAS_METRICS_TOKEN.encode()
+        expected = conf.get("ATLAS_METRICS_TOKEN").encode()
         if len(auth) != 2 or not expected or not hmac.compare_digest(auth[1], expected):
             raise AuthenticationFailed(MSG_METRICS_TOKEN_INVALID)
         return AnonymousUser(), METRICS_SCRAPER

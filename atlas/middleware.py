@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.middleware.gzip import GZipMiddleware as DjangoGZipMiddleware
 
+from atlas import conf
 from atlas.api.provenance import HEADER as REQUEST_ID_HEADER
 from atlas.api.provenance import request_id_from
 
@@ -49,7 +49,7 @@ class ContentSecurityPolicyMiddleware:
 
     def __call__(self, request: Any) -> Any:
         response = self.get_response(request)
-        policy = settings.ATLAS_CONTENT_SECURITY_POLICY
+        policy = conf.get("ATLAS_CONTENT_SECURITY_POLICY")
         content_type = response.get("Content-Type", "")
         if policy and content_type.startswith("text/html"):
             response.headers.setdefault("Content-Security-Policy", policy)

@@ -1,5 +1,9 @@
 """Atlas settings, all from the environment (the table under "Configuration" in README.md).
 
+This is Atlas's own project's settings module. The apps never assume it: a
+host project has its own, and the apps read every ``ATLAS_*`` setting through
+``atlas.conf``, which supplies the defaults (docs/embedding.md).
+
 Development defaults apply only while ``DEBUG`` is on; with ``DEBUG`` off a
 missing ``SECRET_KEY`` is an error rather than a silently insecure default.
 """
@@ -13,6 +17,8 @@ from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from atlas import conf as atlas_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -352,59 +358,17 @@ for _proxy in ATLAS_TRUSTED_PROXIES:
 # styles stay allowed: the admin's change list and Swagger UI's page carry a <style>
 # block and Swagger UI sets style attributes; inline scripts do not run.
 ATLAS_CONTENT_SECURITY_POLICY = os.environ.get(
-    "ATLAS_CONTENT_SECURITY_POLICY",
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; "
-    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+    "ATLAS_CONTENT_SECURITY_POLICY", atlas_conf.CONTENT_SECURITY_POLICY
 )
 
 # Django's own body cap answers 400; Atlas enforces ATLAS_MAX_BODY_BYTES itself to answer 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 # --- REST framework -------------------------------------------------------------
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        # Hashed API tokens (atlas.models.ApiToken), in place of DRF's authtoken.
-        "atlas.api.auth.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-        "atlas.api.auth.DevAuthorHeaderAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["atlas.api.LimitedJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "EXCEPTION_HANDLER": "atlas.api.problem_exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
-}
-
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Atlas API",
-    "DESCRIPTION": "Every write to a store of JSON entities as an attributable, "
-    "reviewable, revertible changeset.",
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    # Swagger UI from drf-spectacular-sidecar (pinned in requirements.txt), not a CDN.
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    "COMPONENT_SPLIT_REQUEST": True,
-    # PATCH bodies are described as they are validated (required fields stay required).
-    "COMPONENT_SPLIT_PATCH": False,
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "atlas.api.errors.problem_schema_hook",
-        "atlas.api.errors.input_rules_schema_hook",
-    ],
-    "ENUM_NAME_OVERRIDES": {
-        "RevisionOpEnum": ["create", "update", "delete"],
-        "BatchOpKindEnum": ["put", "patch", "delete"],
-        # The ops revert, import and restore report (batch ops without patch).
-        "PlannedOpKindEnum": ["put", "delete"],
-        "WriteStatusEnum": ["created", "updated", "deleted", "unchanged"],
-        "RoleEnum": ["reader", "writer", "maintainer"],
-    },
-}
+# Atlas's views need these DRF and drf-spectacular settings; atlas.conf holds them so
+# that a host project merges the same dicts (docs/embedding.md).
+REST_FRAMEWORK: dict[str, Any] = dict(atlas_conf.REST_FRAMEWORK)
+SPECTACULAR_SETTINGS: dict[str, Any] = dict(atlas_conf.SPECTACULAR_SETTINGS)
 
 # --- Celery -----------------------------------------------------------------------
 _broker_dir = BASE_DIR / ".atlas" / "broker"

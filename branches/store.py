@@ -27,8 +27,9 @@ from django.db import connection
 
 from atlas.exceptions import PermissionDenied
 from branches.exceptions import BranchClosed
-from branches.models import Branch, BranchEntity, BranchStatus
+from branches.models import Branch, BranchStatus
 from branches.selectors import may_write
+from entities import writer
 from entities.store import (
     EntityKey,
     EntityWrite,
@@ -334,7 +335,11 @@ class BranchStore:
             ctes.append(_UPSERT_TOMBSTONES)
             params["et_keys"] = _keys_json(deletes, [base(k) for k in deletes])
             counts.append("(SELECT count(*) FROM et)")
-        return WriteSql(", ".join(ctes), params, "0", " + ".join(counts) or "0", 0)
+        if not ctes:
+            return WriteSql("", params, "0", "0", 0)
+        # The marker first, so that both upserts may join it (entities.writer).
+        ctes.insert(0, writer.MARK_CTE)
+        return WriteSql(", ".join(ctes), params, "0", writer.done_sql(" + ".join(counts)), 0)
 
 
 _UPSERT_LIVE = (
@@ -343,7 +348,7 @@ _UPSERT_LIVE = (
     " SELECT %(e_branch)s::bigint, k.key->>0, k.key->>1, k.key->>2, k.content, FALSE,"
     " (k.key->>3)::int, (k.key->>4)::int, (k.key->>5)::timestamptz,"
     " %(e_now)s::timestamptz, %(e_cs)s::uuid"
-    " FROM ROWS FROM (jsonb_array_elements(%(ew_keys)s::jsonb),"
+    f" FROM {writer.MARK_JOIN}, ROWS FROM (jsonb_array_elements(%(ew_keys)s::jsonb),"
     " jsonb_array_elements(%(ew_content)s::jsonb)) AS k(key, content)"
     " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
     " content = EXCLUDED.content, deleted = FALSE, version = EXCLUDED.version,"
@@ -356,7 +361,7 @@ _UPSERT_TOMBSTONES = (
     " content, deleted, version, base_version, created_at, updated_at, changeset_id)"
     " SELECT %(e_branch)s::bigint, k->>0, k->>1, k->>2, NULL, TRUE, NULL, (k->>3)::int,"
     " %(e_now)s::timestamptz, %(e_now)s::timestamptz, %(e_cs)s::uuid"
-    " FROM jsonb_array_elements(%(et_keys)s::jsonb) k"
+    f" FROM {writer.MARK_JOIN}, jsonb_array_elements(%(et_keys)s::jsonb) k"
     " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
     " content = NULL, deleted = TRUE, version = NULL,"
     " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id RETURNING 1)"
@@ -369,12 +374,24 @@ def close_branch(
     """Mark the (locked) branch merged or abandoned and delete its overlay.
 
     The overlay is working state, not the log: the branch's changesets and
-    revisions stay.
+    revisions stay. Its rows go under the marker ``close:<branch id>``, the
+    one the overlay's guard trigger lets delete this branch's rows
+    (``entities.writer``); the statement clears it again.
     """
     Branch.objects.filter(pk=branch_id).update(
         status=str(status), closed_at=now, merged_changeset_id=merged_changeset_id
     )
-    BranchEntity.objects.filter(branch_id=branch_id).delete()
+    # Raw SQL buys setting, using and clearing the marker within one statement.
+    with connection.cursor() as cursor:
+        cursor.execute(_CLOSE_OVERLAY, [f"close:{branch_id}", branch_id])
+
+
+_CLOSE_OVERLAY = (
+    f"WITH {writer.MARK_JOIN} AS MATERIALIZED (SELECT set_config('atlas.writer', %s, true)),"
+    f" d AS (DELETE FROM branches_branchentity o USING {writer.MARK_JOIN}"
+    " WHERE o.branch_id = %s RETURNING 1)"
+    f" SELECT {writer.done_sql('(SELECT count(*) FROM d)')}"
+)
 
 
 def overlay_stores_holding(keys: Sequence[EntityKey]) -> list[BranchStore]:

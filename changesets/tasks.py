@@ -15,8 +15,8 @@ autodiscovers this module.
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
+from atlas import conf
 from changesets.outbox import (
     journal,
     pumps,  # noqa: F401 - registers the pump's tasks (module doc)
@@ -45,5 +45,5 @@ def journal_publish_batch(changeset_ids: list[str]) -> dict[str, int]:
 def journal_sweep() -> dict[str, int]:
     """Beat: publish entries left ``committed`` longer than ``ATLAS_JOURNAL_SWEEP_AGE_SECONDS``."""
     return journal.journal_sweep(
-        older_than_seconds=settings.ATLAS_JOURNAL_SWEEP_AGE_SECONDS
+        older_than_seconds=conf.get("ATLAS_JOURNAL_SWEEP_AGE_SECONDS")
     ).as_dict()

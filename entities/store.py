@@ -21,7 +21,7 @@ from uuid import UUID
 from django.db import connection
 
 from atlas.db import prepared_cursor
-from entities import access
+from entities import access, writer
 from entities.models import Namespace
 
 if TYPE_CHECKING:
@@ -365,6 +365,8 @@ class BaselineStore:
         Keys are disjoint across creates, updates and deletes (one net change
         each), so the three can run in one statement. A create that lost a race
         inserts nothing (``ON CONFLICT DO NOTHING``): ``created`` counts fewer rows.
+        Each CTE joins the writer's marker and ``written`` clears it, which is
+        what lets the table's guard trigger pass these rows (``entities.writer``).
         """
         # Raw SQL buys the round trip: these CTEs ride the log statement (one for a write).
         ctes: list[str] = []
@@ -374,7 +376,7 @@ class BaselineStore:
         # contents as another (json_array): psycopg adapts array parameters in Python.
         if deletes:
             ctes.append(
-                "ed AS (DELETE FROM entities_entity e USING "
+                f"ed AS (DELETE FROM entities_entity e USING {writer.MARK_JOIN}, "
                 + counted("jsonb_array_elements(%(ed_keys)s::jsonb) AS d(k)", len(deletes))
                 + " d WHERE e.namespace_id = d.k->>0 AND e.kind = d.k->>1"
                 " AND e.slug = d.k->>2 RETURNING 1)"
@@ -386,7 +388,7 @@ class BaselineStore:
                 "eu AS (UPDATE entities_entity e SET content = k.content,"
                 " version = (k.key->>3)::int, updated_at = %(e_now)s::timestamptz,"
                 " changeset_id = %(e_cs)s::uuid"
-                " FROM "
+                f" FROM {writer.MARK_JOIN}, "
                 + counted(
                     "ROWS FROM (jsonb_array_elements(%(eu_keys)s::jsonb),"
                     " jsonb_array_elements(%(eu_content)s::jsonb)) AS k(key, content)",
@@ -406,7 +408,7 @@ class BaselineStore:
                 " changeset_id)"
                 " SELECT k.key->>0, k.key->>1, k.key->>2, k.content, (k.key->>3)::int,"
                 " %(e_now)s::timestamptz, %(e_now)s::timestamptz, %(e_cs)s::uuid"
-                " FROM ROWS FROM (jsonb_array_elements(%(ec_keys)s::jsonb),"
+                f" FROM {writer.MARK_JOIN}, ROWS FROM (jsonb_array_elements(%(ec_keys)s::jsonb),"
                 " jsonb_array_elements(%(ec_content)s::jsonb)) AS k(key, content)"
                 " ON CONFLICT (namespace_id, kind, slug) DO NOTHING RETURNING 1)"
             )
@@ -414,7 +416,10 @@ class BaselineStore:
             params["ec_content"] = contents_json(creates)
             created = "(SELECT count(*) FROM ec)"
         counts.append(created)
-        return WriteSql(", ".join(ctes), params, created, " + ".join(counts), len(creates))
+        # The marker first, so that every CTE after it may join it (entities.writer).
+        ctes.insert(0, writer.MARK_CTE)
+        written = writer.done_sql(" + ".join(counts))
+        return WriteSql(", ".join(ctes), params, created, written, len(creates))
 
 
 baseline = BaselineStore()

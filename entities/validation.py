@@ -11,7 +11,7 @@ import re
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from django.conf import settings
+from atlas import conf
 
 NAMESPACE_RE = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 KIND_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -57,7 +57,7 @@ def encoded_size(content: Any) -> int:
 
 def content_too_large(content: Any) -> str | None:
     """Return an error message when ``content`` is over ``ATLAS_MAX_CONTENT_BYTES``."""
-    limit = settings.ATLAS_MAX_CONTENT_BYTES
+    limit = conf.get("ATLAS_MAX_CONTENT_BYTES")
     size = encoded_size(content)
     if size > limit:
         return MSG_CONTENT_TOO_LARGE.format(size=size, limit=limit)

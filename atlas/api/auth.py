@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -13,6 +12,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
+from atlas import conf
 from atlas.models import ApiToken
 from atlas.tokens import key_digest
 from changesets.principals import SYSTEM_USERNAME
@@ -102,7 +102,7 @@ class DevAuthorHeaderAuthentication(BaseAuthentication):
     """
 
     def authenticate(self, request: Request) -> tuple[Any, None] | None:
-        if not settings.ATLAS_DEV_AUTHOR_HEADER:
+        if not conf.get("ATLAS_DEV_AUTHOR_HEADER"):
             return None
         name = request.headers.get(HEADER)
         if not name:

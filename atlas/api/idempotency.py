@@ -87,7 +87,6 @@ from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
@@ -97,6 +96,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from atlas import conf
 from atlas.api.auth import actor
 from atlas.api.errors import problem_exception_handler, problem_for
 from atlas.exceptions import Conflict, ValidationFailed
@@ -204,7 +204,7 @@ def _unlock(lock: int) -> None:
 
 
 def _expired(record: IdempotencyRecord) -> bool:
-    ttl = timedelta(hours=settings.ATLAS_IDEMPOTENCY_TTL_HOURS)
+    ttl = timedelta(hours=conf.get("ATLAS_IDEMPOTENCY_TTL_HOURS"))
     return record.created_at < timezone.now() - ttl
 
 
@@ -352,7 +352,7 @@ def idempotent(handler: Callable[..., Any]) -> Callable[..., Any]:
                 errors=[{"pointer": f"/headers/{HEADER}", "detail": "Invalid key."}],
             )
         fingerprint = _fingerprint(request)
-        if settings.ATLAS_DB_POOLING == "transaction":
+        if conf.get("ATLAS_DB_POOLING") == "transaction":
             return _leased(handler, view, request, key, fingerprint, *args, **kwargs)
         lock = lock_id(request.user.pk, key)
         if not _try_lock(lock):
@@ -391,7 +391,7 @@ def _insert_claim(request: Request, key: str, fingerprint: str) -> IdempotencyRe
                 fingerprint,
                 _method(request),
                 request.get_full_path(),
-                settings.ATLAS_IDEMPOTENCY_LEASE_SECONDS,
+                conf.get("ATLAS_IDEMPOTENCY_LEASE_SECONDS"),
             ],
         )
         row = cursor.fetchone()

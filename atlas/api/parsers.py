@@ -7,10 +7,10 @@ import math
 import re
 from typing import Any
 
-from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+from atlas import conf
 from atlas.exceptions import PayloadTooLarge, ValidationFailed
 
 
@@ -19,7 +19,7 @@ def read_limited(stream: Any, parser_context: dict[str, Any] | None) -> bytes:
 
     Django's own cap would answer 400; the contract says 413.
     """
-    limit = settings.ATLAS_MAX_BODY_BYTES
+    limit = conf.get("ATLAS_MAX_BODY_BYTES")
     request = (parser_context or {}).get("request")
     length = request.META.get("CONTENT_LENGTH") if request is not None else None
     if length and str(length).isdigit() and int(length) > limit:

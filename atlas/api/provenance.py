@@ -25,9 +25,9 @@ from functools import lru_cache
 from typing import Any
 
 import uuid6
-from django.conf import settings
 from django.http import HttpRequest
 
+from atlas import conf
 from atlas.api.auth import DevAuthorHeaderAuthentication
 from atlas.models import ApiToken
 from changesets import provenance
@@ -55,7 +55,7 @@ def _networks(entries: tuple[str, ...]) -> tuple[Network, ...]:
 
 
 def trusted_networks() -> tuple[Network, ...]:
-    return _networks(tuple(settings.ATLAS_TRUSTED_PROXIES))
+    return _networks(tuple(conf.get("ATLAS_TRUSTED_PROXIES")))
 
 
 def _address(text: str) -> Address | None:

@@ -29,7 +29,6 @@ from functools import cache
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.conf import settings
 from django.core import signing
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -38,6 +37,7 @@ from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from atlas import conf
 from atlas.api.errors import PROBLEM_JSON
 from atlas.exceptions import AtlasError, BadRequest, NotAuthenticated, NotFound, PayloadTooLarge
 from atlas.mcp.caller import UNKNOWN_CLIENT, Caller, authenticate, client_name
@@ -105,7 +105,7 @@ def _session_client(request: HttpRequest, user_pk: int) -> str:
 
 
 def _body(request: HttpRequest) -> bytes:
-    limit = settings.ATLAS_MAX_BODY_BYTES
+    limit = conf.get("ATLAS_MAX_BODY_BYTES")
     if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
         raise PayloadTooLarge(f"The body is over {limit} bytes.")
     return request.body

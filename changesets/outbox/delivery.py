@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from atlas import conf
 from atlas.api.render import rfc3339
 from changesets.models import Subscription
 from changesets.outbox import metrics, webhooks
@@ -57,8 +57,8 @@ def backoff_seconds(failures: int) -> float:
     point in the upper half, so retries of many subscriptions spread out but
     never come sooner than half the nominal delay.
     """
-    base = float(settings.ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS)
-    cap = float(settings.ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS)
+    base = float(conf.get("ATLAS_WEBHOOK_BACKOFF_BASE_SECONDS"))
+    cap = float(conf.get("ATLAS_WEBHOOK_BACKOFF_MAX_SECONDS"))
     delay = min(cap, base * (2 ** max(failures - 1, 0)))
     return delay / 2 + random.uniform(0, delay / 2)
 
@@ -102,7 +102,7 @@ def deliver_next_page(subscription_id: str) -> StepResult:
                 after_seq=subscription.cursor_seq,
                 namespaces=subscription.namespaces or None,
                 capture=subscription.capture,
-                limit=settings.ATLAS_WEBHOOK_PAGE_SIZE,
+                limit=conf.get("ATLAS_WEBHOOK_PAGE_SIZE"),
             )
         if not page.records:
             return StepResult("idle")
@@ -116,7 +116,7 @@ def deliver_next_page(subscription_id: str) -> StepResult:
             **webhooks.signature_headers(subscription, out.delivery, out.body, now=timezone.now()),
         }
         outcome = webhooks.post_json(
-            subscription.url, out.body, headers, timeout=settings.ATLAS_WEBHOOK_TIMEOUT_SECONDS
+            subscription.url, out.body, headers, timeout=conf.get("ATLAS_WEBHOOK_TIMEOUT_SECONDS")
         )
         finished = timezone.now()
         if outcome.ok:
@@ -157,7 +157,7 @@ def _record_failure(
     """
     failures = subscription.consecutive_failures + 1
     stamped = f"{rfc3339(at)} {error}"[:MAX_ERROR_LENGTH]
-    if failures >= int(settings.ATLAS_WEBHOOK_MAX_ATTEMPTS):
+    if failures >= int(conf.get("ATLAS_WEBHOOK_MAX_ATTEMPTS")):
         if out.changesets > 1:
             Subscription.objects.filter(pk=subscription.pk).update(
                 last_error=stamped,

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-
+from atlas import conf
 from changesets.models import Subscription
 from changesets.selectors import feed
 
@@ -138,8 +137,8 @@ def plan_delivery(subscription: Subscription, page: feed.FeedPage) -> Outgoing:
         return _plan_part(
             subscription, page, first, offset=subscription.part_offset, done=subscription.parts_done
         )
-    max_records = int(settings.ATLAS_WEBHOOK_PAGE_SIZE)
-    max_bytes = int(settings.ATLAS_WEBHOOK_MAX_BODY_BYTES)
+    max_records = int(conf.get("ATLAS_WEBHOOK_PAGE_SIZE"))
+    max_bytes = int(conf.get("ATLAS_WEBHOOK_MAX_BODY_BYTES"))
     room = 1 if subscription.cursor_seq < subscription.narrow_through_seq else len(groups)
     records: list[dict[str, Any]] = []
     sizes: list[int] = []
@@ -175,8 +174,8 @@ def _split(sizes: Sequence[int], *, overhead: int) -> list[tuple[int, int]]:
     same remaining parts (as long as the records did not change).
     A record that alone exceeds the byte bound is a run of its own.
     """
-    max_records = int(settings.ATLAS_WEBHOOK_PAGE_SIZE)
-    max_bytes = int(settings.ATLAS_WEBHOOK_MAX_BODY_BYTES)
+    max_records = int(conf.get("ATLAS_WEBHOOK_PAGE_SIZE"))
+    max_bytes = int(conf.get("ATLAS_WEBHOOK_MAX_BODY_BYTES"))
     runs: list[tuple[int, int]] = []
     start = 0
     while start < len(sizes):
@@ -214,11 +213,11 @@ def _plan_part(
         offset=offset,
     )
     size = _body_size(overhead, group.sizes[offset + start : offset + end])
-    if size > int(settings.ATLAS_WEBHOOK_MAX_BODY_BYTES):
+    if size > int(conf.get("ATLAS_WEBHOOK_MAX_BODY_BYTES")):
         record = records[0]
         out.oversize = (
             f"record {record['event_id']} alone makes a {size}-byte delivery, over "
-            f"ATLAS_WEBHOOK_MAX_BODY_BYTES ({settings.ATLAS_WEBHOOK_MAX_BODY_BYTES}); "
+            f"ATLAS_WEBHOOK_MAX_BODY_BYTES ({conf.get('ATLAS_WEBHOOK_MAX_BODY_BYTES')}); "
             "raise the limit and retry, or skip it"
         )
         return out

@@ -25,9 +25,9 @@ import time
 from collections.abc import Sequence
 
 from celery import shared_task
-from django.conf import settings
 from django.db import connection, transaction
 
+from atlas import conf
 from changesets.models import Subscription
 from changesets.outbox import delivery
 from changesets.selectors import feed
@@ -46,8 +46,8 @@ def subscription_pump(
     queued so other subscriptions' pumps get workers too), or ``busy``,
     ``backoff``, ``inactive``, ``missing``.
     """
-    max_pages = max_pages or settings.ATLAS_WEBHOOK_MAX_PAGES_PER_RUN
-    deadline = time.monotonic() + (max_seconds or settings.ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN)
+    max_pages = max_pages or conf.get("ATLAS_WEBHOOK_MAX_PAGES_PER_RUN")
+    deadline = time.monotonic() + (max_seconds or conf.get("ATLAS_WEBHOOK_MAX_SECONDS_PER_RUN"))
     pages = 0
     while True:
         began = time.monotonic()
@@ -92,7 +92,7 @@ def _coalesce(subscription_id: str, *, since: float) -> None:
     meanwhile finds it busy and leaves instead of sending the small page this
     one is waiting to grow; this run delivers it right after.
     """
-    pause = since + float(settings.ATLAS_WEBHOOK_COALESCE_MS) / 1000 - time.monotonic()
+    pause = since + float(conf.get("ATLAS_WEBHOOK_COALESCE_MS")) / 1000 - time.monotonic()
     if pause <= 0:
         return
     with transaction.atomic():

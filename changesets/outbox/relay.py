@@ -49,9 +49,9 @@ from math import inf
 from typing import Any
 
 import psycopg
-from django.conf import settings
 from django.db import DatabaseError, connection
 
+from atlas import conf
 from changesets.outbox import journal, pumps
 from changesets.tasks import journal_publish_batch
 
@@ -77,10 +77,10 @@ class JournalRelay:
         self, *, poll_seconds: float | None = None, linger_seconds: float | None = None
     ) -> None:
         self.poll_seconds = (
-            settings.ATLAS_JOURNAL_RELAY_POLL_SECONDS if poll_seconds is None else poll_seconds
+            conf.get("ATLAS_JOURNAL_RELAY_POLL_SECONDS") if poll_seconds is None else poll_seconds
         )
         self.linger_seconds = (
-            settings.ATLAS_JOURNAL_RELAY_LINGER_MS / 1000
+            conf.get("ATLAS_JOURNAL_RELAY_LINGER_MS") / 1000
             if linger_seconds is None
             else linger_seconds
         )
@@ -90,7 +90,7 @@ class JournalRelay:
         self.enqueued_total = 0  # ids sent to workers (hooks registered)
         self.published_total = 0  # entries this relay published itself
         self.thread: threading.Thread | None = None
-        self.wakes = WakeThrottle(settings.ATLAS_WEBHOOK_COALESCE_MS / 1000)
+        self.wakes = WakeThrottle(conf.get("ATLAS_WEBHOOK_COALESCE_MS") / 1000)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -111,16 +111,18 @@ class JournalRelay:
     @property
     def mode(self) -> str:
         """``listen`` (leader lock and LISTEN on a session) or ``poll`` (no session)."""
-        if settings.ATLAS_DB_POOLING == "transaction" and not settings.ATLAS_DIRECT_DATABASE_URL:
+        if conf.get("ATLAS_DB_POOLING") == "transaction" and not conf.get(
+            "ATLAS_DIRECT_DATABASE_URL"
+        ):
             return "poll"
         return "listen"
 
     def _session(self) -> None:
         if self.mode == "poll":
             self._poll()
-        elif settings.ATLAS_DB_POOLING == "transaction":
+        elif conf.get("ATLAS_DB_POOLING") == "transaction":
             # The lock and the LISTEN on a session of our own, past the pooler.
-            with psycopg.connect(settings.ATLAS_DIRECT_DATABASE_URL, autocommit=True) as direct:
+            with psycopg.connect(conf.get("ATLAS_DIRECT_DATABASE_URL"), autocommit=True) as direct:
                 self._lead(direct)
         else:
             # This thread's own connection, used raw (psycopg, autocommit): the lock
@@ -287,7 +289,7 @@ def start_in_thread(relay: JournalRelay | None = None) -> JournalRelay:
 def on_worker_ready(**_: Any) -> None:
     """``celery.signals.worker_ready``: start the relay in the worker's main process."""
     global _worker_relay
-    if settings.ATLAS_JOURNAL_RELAY_IN_WORKER and _worker_relay is None:
+    if conf.get("ATLAS_JOURNAL_RELAY_IN_WORKER") and _worker_relay is None:
         _worker_relay = start_in_thread()
 
 

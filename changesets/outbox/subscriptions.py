@@ -14,12 +14,12 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from atlas import conf
 from atlas.api.render import rfc3339
 from atlas.exceptions import Conflict, NotFound, ValidationFailed
 from changesets.models import Capture, Subscription
@@ -233,7 +233,7 @@ def subscription_rotate_secret(*, subscription_id: Any, actor: User | None) -> S
     now = timezone.now()
     subscription.previous_secret = subscription.secret
     subscription.previous_secret_expires_at = now + timedelta(
-        seconds=float(settings.ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS)
+        seconds=float(conf.get("ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS"))
     )
     subscription.secret = new_secret()
     subscription.save(

@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from standardwebhooks import Webhook
 
+from atlas import conf
 from changesets.models import Subscription
 
 SIGNATURE_HEADER = "X-Atlas-Signature"  # deprecated: kept beside the Standard Webhooks headers
@@ -89,7 +89,7 @@ def resolve_webhook_host(host: str, port: int) -> list[str]:
     # typeshed types a sockaddr's first item ``str | int`` (AF_CAN and the like);
     # for the IP families a TCP lookup returns it is the address text.
     addresses = list(dict.fromkeys(cast(str, info[4][0]) for info in infos))
-    if not settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS:
+    if not conf.get("ATLAS_ALLOW_PRIVATE_WEBHOOKS"):
         for address in addresses:
             if not _public(ipaddress.ip_address(address.split("%", 1)[0])):
                 raise UnsafeAddress(address)

@@ -16,11 +16,11 @@ from typing import Any
 from uuid import UUID
 
 import uuid6
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
+from atlas import conf
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
 from changesets import chain
@@ -58,7 +58,7 @@ def check_op_limit(count: int, *, what: str = "") -> None:
     (an import file) may call it first to refuse without locking anything;
     ``what`` names the request in the detail ("Merging branch 'x'").
     """
-    limit = settings.ATLAS_MAX_BATCH_OPS
+    limit = conf.get("ATLAS_MAX_BATCH_OPS")
     if count > limit:
         raise TooManyOps(count, limit, what=what)
 
@@ -102,6 +102,13 @@ def changeset_apply(
        ``changesets.provenance``; no context is a system write), its revisions
        and its journal entry. Every store's writes ride in it
        (``EntityStore.write_sql``). The write hooks run after it, in the transaction.
+    5. Not ``durable``: a host project may call it inside its own transaction
+       (its row and the changeset commit together, docs/embedding.md). Each
+       attempt is then a savepoint, so a retry still starts clean; the log
+       head's lock is held until the caller's COMMIT, which keeps seq order
+       commit order but makes every other writer wait for the rest of that
+       transaction, so callers keep it short. Atlas's own callers run it
+       outside any transaction.
 
     ``expect_plan`` (a :func:`~changesets.services.plans.plan_digest` a dry run
     reported as ``ApplyResult.plan``) confirms a previewed write: between steps
@@ -112,7 +119,7 @@ def changeset_apply(
         check_op_limit(len(ops))
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            with transaction.atomic(durable=True):
+            with transaction.atomic():
                 return _apply_once(
                     store=store,
                     actor=actor,

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 
+from atlas import conf
 from atlas.exceptions import NotFound, PayloadTooLarge
 from changesets.models import Rpc
 from changesets.ops import DeleteOp
@@ -52,7 +52,7 @@ def entities_delete_by_query(
     if row is None or not access.can_read(actor, namespace):
         raise NotFound(f"Namespace {namespace!r} not found.", pointer="/namespace")
     access.require_write(actor, {namespace: row}, branch=store.branch)
-    limit = settings.ATLAS_MAX_BATCH_OPS
+    limit = conf.get("ATLAS_MAX_BATCH_OPS")
     matches = store.list(
         namespaces=None,
         namespace=namespace,

@@ -16,8 +16,8 @@ from typing import Any, cast
 from uuid import UUID
 
 import json_merge_patch
-from django.conf import settings
 
+from atlas import conf
 from atlas.exceptions import NotFound, PayloadTooLarge, PreconditionFailed, ValidationFailed
 from changesets.models import Op
 from changesets.ops import DeleteOp, OpResult, PatchOp, PutOp, Status, WriteOp, canonical
@@ -122,7 +122,7 @@ def checked_content(op: WriteOp, content: Any) -> tuple[dict[str, Any], str]:
     # Same measure as entities.validation.encoded_size (compact UTF-8; key order
     # does not change the length). At most 4 bytes a character: most content
     # needs no encoding to know it is under the limit.
-    limit = settings.ATLAS_MAX_CONTENT_BYTES
+    limit = conf.get("ATLAS_MAX_CONTENT_BYTES")
     if len(text) * 4 > limit and (size := len(text.encode())) > limit:
         raise PayloadTooLarge(
             MSG_CONTENT_TOO_LARGE.format(size=size, limit=limit), pointer=op.pointer

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 
+from atlas import conf
 from atlas.exceptions import NotFound, PayloadTooLarge
 from changesets.exceptions import RestoreConflict
 from changesets.models import Changeset, Rpc
@@ -229,7 +229,7 @@ def scope_changes(
     ``MAX_SCOPE_ENTITIES`` entities, else 413) and diffed here, by exact JSON:
     the long way, which the tests hold the baseline statement to.
     """
-    limit = settings.ATLAS_MAX_BATCH_OPS + 1
+    limit = conf.get("ATLAS_MAX_BATCH_OPS") + 1
     if not store.branch:
         changes, total = scope_changes_baseline(
             seq=seq, namespace=namespace, kind=kind, slug_prefix=slug_prefix, limit=limit
@@ -250,7 +250,7 @@ def scope_changes_in_memory(
 ) -> ScopeChanges:
     """:func:`scope_changes` the long way, for any store: both states read (one
     statement each), diffed here by exact JSON (``same_content``)."""
-    limit = settings.ATLAS_MAX_BATCH_OPS + 1
+    limit = conf.get("ATLAS_MAX_BATCH_OPS") + 1
     cap = MAX_SCOPE_ENTITIES + 1
     then = {
         image.key: image.content

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from atlas import conf
 from atlas.api import strict
 from atlas.api.conditional import if_match_error
 from atlas.api.inputs import (
@@ -164,7 +164,7 @@ class OpsField(serializers.Field):
     def to_internal_value(self, data: Any) -> list[WriteOp]:
         if not isinstance(data, list):
             raise FieldProblem([("", MSG_OPS_LIST)])
-        limit = settings.ATLAS_MAX_BATCH_OPS
+        limit = conf.get("ATLAS_MAX_BATCH_OPS")
         if len(data) > limit:
             raise PayloadTooLarge(f"{len(data)} ops is over the {limit}-op limit.", pointer="/ops")
         errors = Errors()

@@ -21,6 +21,7 @@ from changesets.ops import PutOp
 from changesets.services import apply as services
 from changesets.services.apply import changeset_apply
 from entities.store import BaselineStore, EntityKey, baseline
+from entities.writer import changeset_marker
 from tests.changesets.helpers import entity_table, key, replayed_table
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -262,6 +263,11 @@ def test_a_write_takes_the_log_head_only_after_its_entity_rows_are_written(write
     def other_session() -> None:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
+                # A stand-in for a racing writer: it holds the marker the entity guard
+                # wants for the row's changeset (entities.writer), as the service would.
+                cursor.execute(
+                    "SELECT set_config('atlas.writer', %s, true)", [changeset_marker(warm.id)]
+                )
                 cursor.execute(
                     "INSERT INTO entities_entity (namespace_id, kind, slug, content, version,"
                     " created_at, updated_at, changeset_id) VALUES (%s, %s, %s, '{\"by\": 0}',"
