@@ -34,6 +34,7 @@ from changesets.models import BASELINE, Changeset, Rpc
 from changesets.ops import WriteOp
 from changesets.services.apply import changeset_apply_planned, check_op_limit
 from changesets.services.result import PlannedResult
+from entities import writer
 from entities.store import EntityKey, Locked, StoredEntity, guard_allows, load_json
 
 # As for merge: how often a sync re-plans when writes keep slipping in before its locks.
@@ -115,12 +116,19 @@ def move_base_point(store: SyncStore, now: datetime) -> None:
     point the head read under the locks. Inside the sync's transaction."""
     if store.moved:
         rows = [[m.key.namespace, m.key.kind, m.key.slug, m.baseline_version] for m in store.moved]
+        # Under the marker ``sync:<branch id>``, set and cleared in this one statement:
+        # the overlay's guard lets it change nothing but base versions (branches 0005).
         with connection.cursor() as cursor:
             cursor.execute(
-                "UPDATE branches_branchentity o SET base_version = (k->>3)::int"
-                " FROM jsonb_array_elements(%s::jsonb) k WHERE o.branch_id = %s"
-                " AND o.namespace_id = k->>0 AND o.kind = k->>1 AND o.slug = k->>2",
-                [json.dumps(rows), store.branch_id],
+                f"WITH {writer.MARK_JOIN} AS MATERIALIZED"
+                " (SELECT set_config('atlas.writer', %s, true)),"
+                " u AS (UPDATE branches_branchentity o SET base_version = (k->>3)::int"
+                f" FROM {writer.MARK_JOIN}, jsonb_array_elements(%s::jsonb) k"
+                " WHERE o.branch_id = %s"
+                " AND o.namespace_id = k->>0 AND o.kind = k->>1 AND o.slug = k->>2"
+                " RETURNING 1)"
+                f" SELECT {writer.done_sql('(SELECT count(*) FROM u)')}",
+                [f"sync:{store.branch_id}", json.dumps(rows), store.branch_id],
             )
     fields: dict[str, Any] = {"synced_at": now}
     if store.head is not None:

@@ -4,7 +4,9 @@ service (DESIGN invariant 1; ``entities/writer.py`` explains the marker).
 Like ``entity_write_guard`` (entities 0004): an inserted or updated overlay
 row passes only under the write service's marker for its changeset
 (``cs:<changeset_id>``); a deleted one only while its branch is being closed
-(``close:<branch_id>``, set by ``branches.store.close_branch``).
+(``close:<branch_id>``, set by ``branches.store.close_branch``); and a sync
+(``sync:<branch_id>``, ``branches.sync.move_base_point``) may change nothing
+of a row but its ``base_version``.
 """
 
 from django.db import migrations
@@ -20,6 +22,13 @@ BEGIN
         END IF;
     ELSIF marker = 'cs:' || NEW.changeset_id::text THEN
         RETURN NEW;
+    ELSIF TG_OP = 'UPDATE' AND marker = 'sync:' || OLD.branch_id::text
+        AND (NEW.id, NEW.branch_id, NEW.namespace_id, NEW.kind, NEW.slug, NEW.content,
+             NEW.deleted, NEW.version, NEW.created_at, NEW.updated_at, NEW.changeset_id)
+            IS NOT DISTINCT FROM
+            (OLD.id, OLD.branch_id, OLD.namespace_id, OLD.kind, OLD.slug, OLD.content,
+             OLD.deleted, OLD.version, OLD.created_at, OLD.updated_at, OLD.changeset_id) THEN
+        RETURN NEW;  -- a sync moves only the row's base version (branches.sync)
     END IF;
     RAISE EXCEPTION
         'Atlas refused % on %: branch overlay rows change only through the write service, so that every write is a changeset',

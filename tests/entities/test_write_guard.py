@@ -278,6 +278,39 @@ def test_closing_one_branch_cannot_delete_another_branchs_overlay(staff, branch)
     assert BranchEntity.objects.filter(branch=other).count() == 1
 
 
+def test_the_sync_marker_moves_only_base_versions_of_its_own_branch(staff, branch):
+    """``sync:<branch id>`` (branches.sync) may change a row's base version, nothing else."""
+    other = branch_create(name="other", actor=staff)
+    changeset_apply(
+        store=BranchStore(other, writer=staff),
+        actor=staff,
+        ops=[PutOp(key("o"), {"n": 1})],
+        rpc=Rpc.PUT_ENTITY,
+    )
+
+    def under_sync(update: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT set_config('atlas.writer', %s, true)", [f"sync:{branch.pk}"]
+                    )
+                update()
+
+        return run
+
+    rows = BranchEntity.objects.filter(branch=branch, slug="a")
+    refused(under_sync(lambda: rows.update(content={"n": 99})), OVERLAY_REFUSED)
+    refused(under_sync(lambda: rows.update(base_version=9, version=9)), OVERLAY_REFUSED)
+    refused(
+        under_sync(lambda: BranchEntity.objects.filter(branch=other).update(base_version=9)),
+        OVERLAY_REFUSED,
+    )
+    refused(under_sync(lambda: rows.delete()), OVERLAY_REFUSED)
+    under_sync(lambda: rows.update(base_version=9))()
+    assert rows.get().base_version == 9 and rows.get().content == {"n": 5}
+
+
 def test_branch_writes_merge_and_abandon_still_work(staff, branch):
     changeset_apply(
         store=BranchStore(branch, writer=staff),
