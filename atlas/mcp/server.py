@@ -41,8 +41,8 @@ INSTRUCTIONS = (
     "Atlas records every write to its JSON entity store as a changeset: who, when, what"
     " it looked like before. Find changes with list_changesets and get_entity_history,"
     " inspect them with get_changeset, blame_entity and diff_entity, read any past state"
-    " with as_of. Mutating tools (write_entities, revert_changeset) only dry-run unless"
-    " given the plan_token their own dry run returned; review the plan first."
+    " with as_of. Mutating tools (write_entities, revert_changeset, restore_entity) only"
+    " dry-run unless given the plan_token their own dry run returned; review the plan first."
 )
 PAGE_SIZE_HELP = "Results per page (default 50, max 500)."
 PAGE_TOKEN_HELP = "next_page_token of the previous page."
@@ -334,6 +334,44 @@ def build_server(*, caller: Caller | None = None) -> FastMCP:
             lambda: writes.revert_changeset(
                 who,
                 changeset_id=changeset_id,
+                comment=comment,
+                metadata=metadata,
+                branch=branch,
+                plan_token=plan_token,
+            ),
+        )
+        return WriteOut.model_validate(body)
+
+    @mcp.tool(annotations=mutating)
+    async def restore_entity(
+        ctx: Context,
+        namespace: str,
+        kind: str,
+        slug: str,
+        version: Annotated[
+            int | None, Field(description="Restore the content it had at this version.")
+        ] = None,
+        as_of: Annotated[str | None, Field(description=AS_OF_HELP)] = None,
+        as_of_time: Annotated[str | None, Field(description=AS_OF_TIME_HELP)] = None,
+        comment: str = "",
+        metadata: dict[str, Any] | None = None,
+        branch: Annotated[str, Field(description=BRANCH_HELP)] = "",
+        plan_token: Annotated[str | None, Field(description=PLAN_TOKEN_HELP)] = None,
+    ) -> WriteOut:
+        """Make an entity equal its content at a version or an earlier point (deleting it if
+        it did not exist then, re-creating it if deleted since). Give exactly one of version,
+        as_of, as_of_time. Dry run unless given its plan_token."""
+        who = caller_of(ctx)
+        body = await _run(
+            who,
+            lambda: writes.restore_entity(
+                who,
+                namespace=namespace,
+                kind=kind,
+                slug=slug,
+                version=version,
+                as_of=as_of,
+                as_of_time=as_of_time,
                 comment=comment,
                 metadata=metadata,
                 branch=branch,

@@ -22,16 +22,21 @@ from typing import Any
 from atlas.api import strict
 from atlas.api.branch import store_named
 from atlas.api.representations import changeset_repr
+from atlas.exceptions import NotFound
 from atlas.mcp import plans
 from atlas.mcp.caller import Caller, write_context
 from changesets.api.serializers import RevertBodySerializer
 from changesets.models import Rpc
+from changesets.selectors.asof import as_of_resolve
 from changesets.services.apply import changeset_apply
 from changesets.services.netchange import NetChange
+from changesets.services.restore import entity_restore
 from changesets.services.result import ApplyResult
 from changesets.services.revert import changeset_revert, revert_target
 from entities import access
 from entities.api.batch import parse_batch
+from entities.api.lookups import path_key
+from entities.api.restore import EntityRestoreBodySerializer
 
 NEXT_STEP = (
     "Nothing was written. Review `changes`; to write exactly this, call {tool} again"
@@ -196,4 +201,75 @@ def revert_changeset(
     }
     return confirmable(
         caller, tool="revert_changeset", arguments=arguments, plan_token=plan_token, run=run
+    )
+
+
+def restore_entity(
+    caller: Caller,
+    *,
+    namespace: str,
+    kind: str,
+    slug: str,
+    version: int | None,
+    as_of: str | None,
+    as_of_time: str | None,
+    comment: str,
+    metadata: dict[str, Any] | None,
+    branch: str,
+    plan_token: str | None,
+) -> dict[str, Any]:
+    """``POST /entities/{ns}/{kind}/{slug}/restore`` as a tool: the body checked by the
+    API's own serializer, the point resolved as there, one ``RestoreEntity`` changeset."""
+    key = path_key(namespace, kind, slug)
+    if not access.can_read(caller.user, namespace):
+        raise NotFound("No such entity.")
+    raw: dict[str, Any] = {"comment": comment}
+    for name, value in (("version", version), ("as_of", as_of), ("as_of_time", as_of_time)):
+        if value is not None:
+            raw[name] = value
+    if metadata is not None:
+        raw["metadata"] = metadata
+    body = strict.validated(EntityRestoreBodySerializer, raw)
+    point = None
+    if "version" not in body:
+        point = as_of_resolve(
+            branch="",
+            namespaces=access.readable_namespaces(caller.user),
+            changeset_id=body.get("as_of"),
+            at=body.get("as_of_time"),
+            name="as_of",
+        )
+    store = store_named(branch, user=caller.user)
+
+    def run(dry_run: bool, expect_plan: str | None) -> Outcome:
+        done = entity_restore(
+            store=store,
+            actor=caller.user,
+            key=key,
+            version=body.get("version"),
+            as_of=point,
+            dry_run=dry_run,
+            comment=body.get("comment") or "",
+            metadata=body.get("metadata"),
+            context=write_context(caller),
+            expect_plan=expect_plan,
+        )
+        rendered = _rendered(caller, done.applied)
+        return Outcome(
+            done.applied, {"changeset": rendered, "restored_version": done.target.version}
+        )
+
+    arguments = {
+        "namespace": namespace,
+        "kind": kind,
+        "slug": slug,
+        "version": version,
+        "as_of": as_of,
+        "as_of_time": as_of_time,
+        "comment": comment,
+        "metadata": metadata,
+        "branch": branch,
+    }
+    return confirmable(
+        caller, tool="restore_entity", arguments=arguments, plan_token=plan_token, run=run
     )

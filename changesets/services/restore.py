@@ -110,6 +110,7 @@ def entity_restore(
     comment: str = "",
     metadata: Mapping[str, Any] | None = None,
     context: Mapping[str, Any] | None = None,
+    expect_plan: str | None = None,
 ) -> EntityRestoreResult:
     """Make ``key`` equal its content at ``version`` or ``as_of``, as one changeset
     (rpc ``RestoreEntity``); nothing is written when it already does.
@@ -121,6 +122,8 @@ def entity_restore(
     3. ``if_match`` / ``if_none_match`` ride on that op, so they are judged
        under the write service's row lock against the entity as it is at
        commit: a restore never overwrites a write it was not told about.
+
+    ``expect_plan`` confirms a dry run's ``applied.plan`` (see ``changeset_apply``).
     """
     target = restore_target(store=store, key=key, version=version, as_of=as_of)
     op: WriteOp
@@ -137,6 +140,7 @@ def entity_restore(
         dry_run=dry_run,
         metadata=metadata,
         context=context,
+        expect_plan=expect_plan,
     )
     return EntityRestoreResult(applied=applied, target=target)
 

@@ -39,6 +39,7 @@ TOOLS = {
     "blame_entity",
     "diff_entity",
     "revert_changeset",
+    "restore_entity",
     "write_entities",
 }
 
@@ -290,6 +291,7 @@ def test_invisible_namespaces_never_appear_in_any_output(world):
         ("diff_entity", {"namespace": HIDDEN, "kind": "order", "slug": "s", "from_changeset": "H"}),
         ("get_changeset", {"changeset_id": "H"}),
         ("revert_changeset", {"changeset_id": "H"}),
+        ("restore_entity", {"namespace": HIDDEN, "kind": "order", "slug": "s", "version": 1}),
     ],
 )
 def test_an_invisible_entity_or_changeset_is_not_found(world, tool, arguments):
@@ -459,6 +461,48 @@ def test_a_revert_whose_entities_moved_since_the_dry_run_is_refused(world, write
     assert_nothing_written(before)
 
 
+@pytest.mark.django_db
+def test_restore_entity_dry_run_then_confirm(world):
+    agent = Agent(world["alice"])
+    before = log_snapshot()
+    plan = agent.call("restore_entity", namespace=NS, kind="order", slug="a", version=1)
+    assert_nothing_written(before)
+    assert plan["restored_version"] == 1 and plan["changeset"] is None
+    assert [c["after"] for c in plan["changes"]] == [{"total": 10, "lines": {"sku": "x"}}]
+    done = agent.call(
+        "restore_entity",
+        namespace=NS,
+        kind="order",
+        slug="a",
+        version=1,
+        plan_token=plan["plan_token"],
+    )
+    assert done["changeset"]["rpc"] == "RestoreEntity"
+    assert done["changeset"]["context"]["auth"] == "mcp"
+    assert done["changeset"]["context"]["client"] == CLIENT
+    assert content_of(NS, "a") == {"total": 10, "lines": {"sku": "x"}}
+
+
+@pytest.mark.django_db
+def test_restore_entity_as_of_and_a_stale_plan_is_refused(world, write):
+    agent = Agent(world["alice"])
+    plan = agent.call("restore_entity", namespace=NS, kind="order", slug="a", as_of=world["first"])
+    write(world["alice"], f"{NS}/order/a", {"total": 11, "lines": {"sku": "x"}})
+    before = log_snapshot()
+    problem = agent.problem(
+        "restore_entity",
+        namespace=NS,
+        kind="order",
+        slug="a",
+        as_of=world["first"],
+        plan_token=plan["plan_token"],
+    )
+    assert problem["status"] == 409 and problem["type"].endswith("/plan-changed")
+    assert_nothing_written(before)
+    both = agent.problem("restore_entity", namespace=NS, kind="order", slug="a")
+    assert both["status"] == 422, both
+
+
 # --- roles -------------------------------------------------------------------------
 
 
@@ -470,6 +514,7 @@ def test_a_reader_can_read_but_not_mutate(world):
     for tool, arguments in (
         ("write_entities", {"ops": [put(NS, "a", {"total": 0})]}),
         ("revert_changeset", {"changeset_id": world["second"]}),
+        ("restore_entity", {"namespace": NS, "kind": "order", "slug": "a", "version": 1}),
     ):
         problem = rita.problem(tool, **arguments)
         assert problem["status"] == 403, problem
