@@ -100,3 +100,23 @@ def test_compose_turns_https_on():
     env = yaml.safe_load((BASE_DIR / "docker-compose.yml").read_text())["x-atlas-env"]
     assert env["ATLAS_HTTPS"] == "${ATLAS_HTTPS:-1}"
     assert "X-Forwarded-Proto: https" in env["ATLAS_PROXY_SSL_HEADER"]
+
+
+def test_compose_offers_a_pooler_and_a_replica_as_profiles():
+    """docs/deploy.md "docker-compose: a pooler and a replica": off by default, and the
+    settings Atlas needs behind them come from .env."""
+    compose = yaml.safe_load((BASE_DIR / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert services["pgbouncer"]["profiles"] == ["pooled"]
+    assert services["pgbouncer"]["environment"]["POOL_MODE"] == "transaction"
+    assert services["replica"]["profiles"] == ["replicas"]
+    assert "pg_basebackup" in " ".join(services["replica"]["command"])
+    assert "replicadata" in compose["volumes"]
+    for name in ("postgres", "redis", "web", "worker", "beat"):
+        assert "profiles" not in services[name], name  # the default shape is unchanged
+    env = compose["x-atlas-env"]
+    for name in ("ATLAS_DB_POOLING", "ATLAS_DIRECT_DATABASE_URL", "ATLAS_READ_DATABASE_URLS"):
+        assert env[name] == f"${{{name}:-}}", name
+    mount = "./atlas/deploy/postgres/replication.sh"
+    assert any(v.startswith(mount) for v in services["postgres"]["volumes"])
+    assert (BASE_DIR / mount).is_file()
