@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -23,9 +24,12 @@ from atlas.api.render import rfc3339
 from atlas.api.representations import ChangesetSerializer, changeset_repr
 from atlas.api.viewsets import ViewSet
 from changesets.models import Changeset, Erasure, Revision
-from changesets.services.erase import EraseTarget, entities_erase
+from changesets.services.erase import MSG_POINTER, EraseTarget, entities_erase
 from entities import access
 from entities.store import EntityKey
+
+# An RFC 6901 pointer to a member: one or more "/segment"s ("~" only as "~0" or "~1").
+POINTER_PATTERN = r"^(/([^~/]|~[01])*)+$"
 
 
 class EraseTargetSerializer(strict.Body):
@@ -33,7 +37,13 @@ class EraseTargetSerializer(strict.Body):
     kind = kind_field()
     slug = slug_field()
     pointers = serializers.ListField(
-        child=serializers.CharField(allow_blank=False, trim_whitespace=False, max_length=2000),
+        # The pattern states the rule in the schema (the service checks it again).
+        child=serializers.CharField(
+            allow_blank=False,
+            trim_whitespace=False,
+            max_length=2000,
+            validators=[RegexValidator(POINTER_PATTERN, message=MSG_POINTER)],
+        ),
         min_length=1,
         max_length=1000,
         help_text="RFC 6901 pointers into the content, like /email",

@@ -75,7 +75,7 @@ async def _agent_run(session: ClientSession) -> dict[str, Any]:
 
 
 def _assert_agent_run(run: dict[str, Any], client: str) -> None:
-    assert "write_entities" in run["tools"] and len(run["tools"]) == 9
+    assert "write_entities" in run["tools"] and len(run["tools"]) == 10
     assert run["entity"].structuredContent["content"] == {"total": 1}
     visible = json.dumps(run["listed"].structuredContent) + run["resources"].model_dump_json()
     assert HIDDEN not in visible and "1234" not in visible
@@ -162,7 +162,7 @@ def test_streamable_http_refuses_without_a_token_or_a_session(live_server, peopl
     rita = {**headers, "Authorization": f"Token {people['rita']}", "Mcp-Session-Id": session}
     assert httpx.post(url, json=call, headers=rita).status_code == 404  # alice's session
     listed = httpx.post(url, json=call, headers={**headers, "Mcp-Session-Id": session})
-    assert listed.status_code == 200 and len(listed.json()["result"]["tools"]) == 9
+    assert listed.status_code == 200 and len(listed.json()["result"]["tools"]) == 10
 
 
 @pytest.mark.django_db(transaction=True)
