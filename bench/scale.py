@@ -226,6 +226,7 @@ def measure(size: str, runs: int, label: str, only: str | None, offset: bool) ->
                     "status": status,
                     "p50": p50,
                     "queries": len(captured.captured_queries),
+                    "sql_ms": sum(float(q["time"]) for q in captured.captured_queries) * 1000,
                     "slowest_query_ms": slow_ms,
                     "plan": plan,
                 }
@@ -253,8 +254,9 @@ def report() -> None:
             for r in runs[label][s]["results"]:
                 cells[(r["page"], r["user"])][s] = r
         head = " | ".join(f"p50 ms at {s:,}" for s in sizes)
-        body.append(f"\n### {label}\n\n| page | user | {head} | ratio | queries |")
-        body.append("|---|---|" + "---|" * len(sizes) + "---|---|")
+        sql_head = " | ".join(f"SQL ms at {s:,}" for s in sizes)
+        body.append(f"\n### {label}\n\n| page | user | {head} | ratio | {sql_head} | queries |")
+        body.append("|---|---|" + "---|" * (2 * len(sizes)) + "---|---|")
         for (page, user), by_size in cells.items():
             vals = [by_size.get(s) for s in sizes]
             shown = [f"{v['p50']:.1f}" if v else "—" for v in vals]
@@ -268,7 +270,11 @@ def report() -> None:
                 else "—"
             )
             queries = vals[-1]["queries"] if vals[-1] else "—"
-            body.append(f"| {page} | {user} | {' | '.join(shown)} | {ratio} | {queries} |")
+            sql = [f"{v['sql_ms']:.1f}" if v and "sql_ms" in v else "—" for v in vals]
+            body.append(
+                f"| {page} | {user} | {' | '.join(shown)} | {ratio} | {' | '.join(sql)}"
+                f" | {queries} |"
+            )
     write_section(TITLE, "\n".join(body))
     plot(runs)
     plans(runs)

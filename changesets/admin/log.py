@@ -314,6 +314,7 @@ class JournalEntryAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     # outstanding ones, which are few among many.
     ordering = ("-changeset_id",)
     keyset_fields = ("changeset_id",)
+    list_per_page = 50
     list_select_related = ("changeset",)
 
     def get_keyset_fields(self, request: HttpRequest) -> tuple[str, ...]:

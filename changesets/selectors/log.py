@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, QuerySet, Subquery
+from django.contrib.postgres.fields import ArrayField
+from django.db.models import Count, QuerySet, Subquery, TextField
+from django.db.models.functions import Cast
 
-from changesets.models import BASELINE, Changeset, LogHead, Revision
+from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
 
@@ -132,7 +134,16 @@ def changeset_list(
         # as well, the planner multiplied the two selectivities, expected 40
         # times too few rows and sorted the namespace's every changeset
         # (issue 18); alone, the plan is the superuser's.
-        qs = Changeset.objects.filter(namespaces__contains=[namespace])
+        qs = Changeset.objects.all()
+        if rpc is not None and rpc not in COMMON_RPCS:
+            # Drive from ``changeset_rare_rpc`` (a rare rpc's rows are few) and
+            # test the namespace on those: by the GIN index, the planner ANDed
+            # in a bitmap of the namespace's every changeset (8 ms at a million
+            # for a 3% namespace, growing with the log).
+            qs = qs.alias(plain=Cast("namespaces", ArrayField(TextField())))
+            qs = qs.filter(plain__contains=[namespace])
+        else:
+            qs = qs.filter(namespaces__contains=[namespace])
     else:
         qs = visible_changesets(namespaces)
     if branch is not None:
