@@ -24,7 +24,7 @@ candidates per request: ``changesets.admin.search``); it then sets
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
@@ -96,7 +96,7 @@ class KeysetChangeList(ChangeList):
         return lookup_params
 
     def get_results(self, request: HttpRequest) -> None:
-        fields: tuple[str, ...] = self.model_admin.get_keyset_fields(request)
+        fields = cast("KeysetAdminMixin", self.model_admin).get_keyset_fields(request)
         direction, key = page_position(request, len(fields))
         qs: QuerySet = self.queryset
         if key is not None:
@@ -113,15 +113,13 @@ class KeysetChangeList(ChangeList):
         else:
             newer, older = key is not None, more
         resume = getattr(request, "atlas_keyset_resume", None)
+        older_url: str | None = None
         if resume is not None and not more:
             # The search stopped early: older matches may remain below where it stopped.
-            self.older_url = self.get_query_string({BEFORE: format_key(resume)}, [AFTER])
-        else:
-            self.older_url = (
-                self.get_query_string({BEFORE: self.key_of(rows[-1], fields)}, [AFTER])
-                if older and rows
-                else None
-            )
+            older_url = self.get_query_string({BEFORE: format_key(resume)}, [AFTER])
+        elif older and rows:
+            older_url = self.get_query_string({BEFORE: self.key_of(rows[-1], fields)}, [AFTER])
+        self.older_url = older_url
         self.newer_url = (
             self.get_query_string({AFTER: self.key_of(rows[0], fields)}, [BEFORE])
             if newer and rows
@@ -149,8 +147,7 @@ class KeysetAdminMixin(admin.ModelAdmin):
     """
 
     keyset_fields: tuple[str, ...] = ("seq",)
-    sortable_by: Any = ()
-    show_full_result_count = False
+    sortable_by = ()
     show_facets = admin.ShowFacets.NEVER
 
     def get_keyset_fields(self, request: HttpRequest) -> tuple[str, ...]:

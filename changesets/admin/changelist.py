@@ -73,25 +73,22 @@ class TypedFilter(admin.SimpleListFilter):
     def has_output(self) -> bool:
         return self.is_typed or super().has_output()
 
-    def choices(self, changelist: ChangeList) -> Iterator[dict[str, Any]]:
+    def choices(self, changelist: ChangeList) -> Iterator[Any]:
         if not self.is_typed:
             yield from super().choices(changelist)
             return
-        keep = {
-            k: v
-            for k, v in changelist.params.items()
-            if k not in (self.parameter_name, BEFORE, AFTER)
-        }
+        name = self.parameter_name or ""
+        keep = {k: v for k, v in changelist.params.items() if k not in (name, BEFORE, AFTER)}
         yield {
             "typed": True,
-            "name": self.parameter_name,
+            "name": name,
             "value": self.value() or "",
             "input_type": self.input_type,
             "placeholder": self.placeholder,
             "hidden": [
                 (k, x) for k, v in keep.items() for x in (v if isinstance(v, list) else [v])
             ],
-            "clear_url": changelist.get_query_string(remove=[self.parameter_name, BEFORE, AFTER]),
+            "clear_url": changelist.get_query_string(remove=[name, BEFORE, AFTER]),
         }
 
 

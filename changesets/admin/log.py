@@ -35,7 +35,7 @@ from entities.store import EntityKey
 
 
 def search_by_entity(
-    model_admin: admin.ModelAdmin,
+    model_admin: KeysetAdminMixin,
     request: HttpRequest,
     queryset: QuerySet,
     term: str,

@@ -141,7 +141,7 @@ def changeset_list(
             # in a bitmap of the namespace's every changeset (8 ms at a million
             # for a 3% namespace, growing with the log).
             qs = qs.alias(plain=Cast("namespaces", ArrayField(TextField())))
-            qs = qs.filter(plain__contains=[namespace])
+            qs = qs.filter(**{"plain__contains": [namespace]})
         else:
             qs = qs.filter(namespaces__contains=[namespace])
     else:
