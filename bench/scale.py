@@ -160,6 +160,10 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
         ("admin changelist rpc=rare", f"{cl}?rpc__exact={pop.RARE_RPC}"),
         ("admin changelist branch=feature", f"{cl}?branch={pop.BRANCH}"),
         ("admin changelist namespace=mid", f"{cl}?namespace={mid}"),
+        (
+            "admin changelist namespace=mid&author=busy",
+            f"{cl}?namespace={mid}&author={pop.BUSY_AUTHOR}",
+        ),
         ("admin changelist until=old day", until),
         ("admin search slug (busy)", f"{cl}?q={f['busy_slug']}"),
         ("admin search slug, page 2", page2),

@@ -49,6 +49,8 @@ class NamespaceFilter(admin.SimpleListFilter):
             return None
         if not admin_roles(request).can_read(value):
             return queryset.none()  # filtering by an unreadable namespace reveals nothing
+        if getattr(request, "atlas_scoped_to", None) == value:
+            return None  # the scope is this namespace already (ChangesetAdmin.get_queryset)
         return queryset.filter(namespaces__contains=[value])
 
 

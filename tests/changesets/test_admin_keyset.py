@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 
 from changesets.admin import search
 from changesets.models import Changeset, JournalEntry, Revision, Rpc
-from tests.changesets.test_admin import NS, SECRET, logged_in, make_admin, put
+from tests.changesets.test_admin import CORE, NS, SECRET, logged_in, make_admin, put
 
 pytestmark = pytest.mark.django_db
 
@@ -42,6 +42,7 @@ def root(db):
 
     NamespaceFactory(name=NS)
     NamespaceFactory(name=SECRET)
+    NamespaceFactory(name=CORE)
     return make_admin("root", superuser=True)
 
 
@@ -197,3 +198,20 @@ def test_scoped_staff_type_author_and_branch_and_see_no_names_they_cannot_read(r
     assert list(client.get(LIST, {"author": "root"}).context["cl"].result_list) == []
     listed = logged_in(root).get(LIST).content.decode()
     assert "?author=root" in listed and "?author=walt" in listed  # superusers get the list
+
+
+def test_a_scoped_namespace_filter_shows_exactly_that_namespace_and_only_on_the_list(root):
+    mixed = put(root, (f"{NS}/order/a", {"n": 1}), (f"{SECRET}/doc/x", {"n": 1}))
+    put(root, (f"{SECRET}/doc/y", {"n": 1}))
+    other = put(root, (f"{CORE}/rule/r", {"n": 1}))
+    auditor = make_admin("audrey", reader=[NS, CORE])
+    client = logged_in(auditor)
+    found = client.get(LIST, {"namespace": NS}).context["cl"].result_list
+    assert [c.pk for c in found] == [mixed.pk]
+    assert [c.pk for c in client.get(LIST, {"namespace": CORE}).context["cl"].result_list] == [
+        other.pk
+    ]
+    assert list(client.get(LIST, {"namespace": SECRET}).context["cl"].result_list) == []
+    hidden = Changeset.objects.get(namespaces=[SECRET])
+    # The namespace parameter narrows the changelist only: never a detail page's scope.
+    assert client.get(f"{LIST}{hidden.pk}/change/", {"namespace": NS}).status_code == 404
