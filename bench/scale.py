@@ -232,7 +232,7 @@ def measure(size: str, runs: int, label: str, only: str | None, offset: bool) ->
                     "queries": len(captured.captured_queries),
                     "sql_ms": sum(float(q["time"]) for q in captured.captured_queries) * 1000,
                     "slowest_query_ms": slow_ms,
-                    "plan": plan,
+                    "plan": plan if len(plan) <= 4000 else plan[:4000] + "\n… (truncated)",
                 }
             )
             flag = "" if p50 <= TARGET_MS else "  <-- over"
@@ -250,7 +250,18 @@ def report() -> None:
         data = json.loads(path.read_text())
         label = path.stem.split("-", 2)[2]
         runs.setdefault(label, {})[data["size"]] = data
-    body = [Path(ROOT / "bench" / "scale_notes.md").read_text().rstrip() + "\n"]
+    notes = Path(ROOT / "bench" / "scale_notes.md").read_text().rstrip() + "\n"
+    times = []
+    for size in SIZES:
+        path = plots_dir() / f"scale-populate-{size}.txt"
+        if path.exists():
+            took = json.loads(path.read_text())
+            seconds, vacuum = took["seconds"], took["vacuum"]
+            times.append(f"{seconds:.0f} s at {SIZES[size]:,} (VACUUM {vacuum:.0f} s)")
+    notes = notes.replace("POPULATE_TIMES", ", ".join(times) or "(not recorded)")
+    cost = plots_dir() / "scale-write-cost.md"
+    notes = notes.replace("WRITE_COST", cost.read_text() if cost.exists() else "(not measured)")
+    body = [notes]
     for label in sorted(runs, key=lambda x: (x != "before", x)):
         sizes = sorted(runs[label])
         cells = {(r["page"], r["user"]): {} for s in sizes for r in runs[label][s]["results"]}
@@ -285,33 +296,43 @@ def report() -> None:
 
 
 def plot(runs: dict[str, dict[int, dict[str, Any]]]) -> None:
+    """p50 vs log size per user: every page after (grey), and the worst and median
+    page before and after issue 18."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    label = "after" if "after" in runs else sorted(runs)[-1]
-    sizes = sorted(runs[label])
-    fig, axes = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharey=True)
     for ax, user in zip(axes, ("superuser", "scoped"), strict=True):
-        by_page: dict[str, dict[int, float]] = {}
-        for s in sizes:
-            for r in runs[label][s]["results"]:
-                if r["user"] == user:
-                    by_page.setdefault(r["page"], {})[s] = r["p50"]
-        for page, points in by_page.items():
-            xs = sorted(points)
-            ax.plot(xs, [points[x] for x in xs], marker="o", linewidth=1, alpha=0.7)
-            if xs and points[xs[-1]] > TARGET_MS / 2:
-                ax.annotate(page, (xs[-1], points[xs[-1]]), fontsize=6)
-        ax.axhline(TARGET_MS, color="red", linestyle="--", linewidth=1)
+        for label, style in (("before", "--"), ("after", "-")):
+            if label not in runs:
+                continue
+            sizes = sorted(runs[label])
+            by_page: dict[str, dict[int, float]] = {}
+            for size in sizes:
+                for r in runs[label][size]["results"]:
+                    if r["user"] == user and r["status"] < 400:
+                        by_page.setdefault(r["page"], {})[size] = r["p50"]
+            if label == "after":
+                for points in by_page.values():
+                    xs = sorted(points)
+                    ax.plot(xs, [points[x] for x in xs], color="0.8", linewidth=0.7)
+            worst = [max(p[s] for p in by_page.values() if s in p) for s in sizes]
+            median = [statistics.median(p[s] for p in by_page.values() if s in p) for s in sizes]
+            lines = ((worst, "tab:red", "worst"), (median, "tab:blue", "median"))
+            for values, color, what in lines:
+                name = f"{what} page, {label}"
+                ax.plot(sizes, values, style, marker="o", color=color, label=name)
+        ax.axhline(TARGET_MS, color="black", linestyle=":", linewidth=1, label="target 100 ms")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("changesets in the log")
-        ax.set_title(f"p50 per page ({label}), {user}")
+        ax.set_title(f"every page, {user} (grey: each page after)")
+        ax.legend(fontsize=7)
     axes[0].set_ylabel("p50 ms (in-process client)")
     fig.tight_layout()
-    fig.savefig(plots_dir() / "scale.png", dpi=110)
+    fig.savefig(plots_dir() / "scale.png", dpi=100)
 
 
 def plans(runs: dict[str, dict[int, dict[str, Any]]]) -> None:
@@ -320,6 +341,7 @@ def plans(runs: dict[str, dict[int, dict[str, Any]]]) -> None:
     for label in sorted(runs, key=lambda x: (x != "before", x)):
         size = max(runs[label])
         out.append(f"\n## {label}, {size:,} changesets\n")
+        out.append("(Each page's slowest statement as Django recorded it, re-run under EXPLAIN.)")
         for r in runs[label][size]["results"]:
             out.append(
                 f"\n### {r['page']} ({r['user']}): p50 {r['p50']:.1f} ms,"
