@@ -65,6 +65,7 @@ def users() -> dict[str, Any]:
                 "view_revision",
                 "view_journalentry",
                 "view_entity",
+                "view_branch",
             ]
         )
     )
@@ -175,6 +176,9 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
         ("admin revision search slug", f"{ADMIN}/revision/?q={f['busy_slug']}"),
         ("admin entity history busy", f"{ADMIN}/revision/entity/{ns}/item/obj-0/"),
         ("admin journal", f"{ADMIN}/journalentry/"),
+        ("admin entities", "/admin/entities/entity/"),
+        ("admin entities search slug", "/admin/entities/entity/?q=obj-0"),
+        ("admin branches", "/admin/branches/branch/"),
     ]
 
 
