@@ -94,7 +94,7 @@ def facts() -> dict[str, Any]:
         "old_seq": old.seq,
         "old_at": old.at.isoformat().replace("+00:00", "Z"),
         "old_day": old.at.date().isoformat(),
-        "page2000_seq": total - 2000 * 50,
+        "page2000_seq": max(total - 2000 * 50, total // 100),
         "id": str(mid.id if mid else newest.id),
         "mid_seq": mid.seq if mid else newest.seq,
         "busy_slug": "obj-0",

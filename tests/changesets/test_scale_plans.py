@@ -74,6 +74,8 @@ def test_a_rare_rpc_filter_is_a_seek_on_its_partial_index(log):
             assert [r.seq for r in rows] == brute(namespaces, rpc=pop.RARE_RPC, **where)
             plan = analyze(sql)
             assert "changeset_rare_rpc" in indexes(plan), (extra, shape(plan))
+            # Never ANDed with a GIN bitmap of every readable changeset.
+            assert "changeset_namespaces" not in indexes(plan), (extra, shape(plan))
             assert_seek(plan, most=200)
 
 
@@ -126,6 +128,7 @@ ADMIN_QUERIES = [
     f"?branch={pop.BRANCH}",
     "?until=2024-01-08",  # an old day: one seek, then the seq index from there
     f"?namespace={pop.MID_NS}&author={pop.BUSY_AUTHOR}",  # no sort for the scoped reader
+    f"?namespace={pop.MID_NS}&rpc__exact={pop.RARE_RPC}",
 ]
 
 
@@ -138,6 +141,9 @@ def test_admin_changelist_pages_are_seeks(log, staff, scoped, who):
         for node in nodes(plan):
             if node["Node Type"] == "Sort":
                 assert node["Plans"][0]["Actual Rows"] <= 1_000, (query, shape(plan))
+        if "rpc__exact" in query:  # a rare rpc drives from its index, scoped or not
+            assert "changeset_rare_rpc" in indexes(plan), (query, shape(plan))
+            assert "changeset_namespaces" not in indexes(plan), (query, shape(plan))
         # Busy filters read the seq index backwards and discard what does not
         # match: bounded by the filters' share, not by the log. The rarest here,
         # a 3% namespace by a 37% author (1.1%), reads ~4,600 rows for a page of
