@@ -225,6 +225,16 @@ if ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS > 0 and not _transaction_pooling
         f"{_options} -c idle_in_transaction_session_timeout="
         f"{ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS}s"
     ).strip()
+# PostgreSQL's JIT compiles a statement whose estimated cost passes
+# jit_above_cost: at ten million changesets the planner's estimate for the
+# never-run fallback arm of a scoped as_of_time resolution passed it, and every
+# such request paid 11 ms of compilation for a 0.2 ms execution (issue 18).
+# Atlas's statements are index seeks that return a page; JIT never pays off.
+# (Not as a startup option behind a transaction-mode pooler, which refuses them:
+# set jit = off on the database or role there, docs/deploy.md.)
+if not env_bool("ATLAS_DB_JIT", default=False) and not _transaction_pooling:
+    _options = DATABASES["default"]["OPTIONS"].get("options", "")
+    DATABASES["default"]["OPTIONS"]["options"] = f"{_options} -c jit=off".strip()
 # The hot statements (role lookup, a write's lock and log statement) are prepared
 # once per connection (atlas/db.py). Prepared statements live in the server
 # session, so they are off under transaction pooling (PgBouncer 1.18, Debian 12's,

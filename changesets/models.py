@@ -16,6 +16,10 @@ from django.db import models
 from django.db.models import Q
 
 BASELINE = ""
+# The rpcs of day-to-day writes: most of any log. Every other rpc (reverts,
+# merges, imports, erasures, restores, deletes …) is rare and indexed by
+# ``changeset_rare_rpc``, which only those rows' writes maintain.
+COMMON_RPCS = ("PutEntity", "PatchEntity", "BatchMutate")
 
 
 class Rpc(models.TextChoices):
@@ -113,6 +117,13 @@ class Changeset(AppendOnlyModel):
             models.Index(fields=["author_name", "seq"], name="changeset_author_seq"),
             models.Index(fields=["at", "seq"], name="changeset_at_seq"),
             GinIndex(fields=["namespaces"], name="changeset_namespaces"),
+            # A rare rpc's newest changesets are a seek here; a common one's are
+            # dense in the seq index, read backwards (issue 18).
+            models.Index(
+                fields=["rpc", "seq"],
+                condition=~Q(rpc__in=COMMON_RPCS),
+                name="changeset_rare_rpc",
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(seq__gte=1), name="changeset_seq_positive"),

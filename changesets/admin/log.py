@@ -1,10 +1,10 @@
 """The log in the admin: changesets, revisions and journal entries, read-only.
 
-Built for millions of rows: ordering by ``-seq`` (unique index), no full
-``COUNT(*)`` (:class:`~atlas.admin_mixins.EstimatedCountPaginator`,
-``show_full_result_count = False``), filter choices and the date hierarchy
-read by index seeks (``changelist.py``), and search by exact entity or id (``search.py``).
-Rows are limited to the namespaces the user can read (``docs/admin.md``).
+Built for millions of rows (issue 18): pages by key, never by offset, and
+counts nothing (:mod:`atlas.admin_keyset`); filters that are seeks or typed
+(``changelist.py``); search by exact entity, driven from the revision history
+index and paged by key, or by id (``search.py``). Rows are limited to the
+namespaces the user can read (``docs/admin.md``).
 """
 
 from __future__ import annotations
@@ -18,28 +18,75 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from atlas.admin_mixins import (
-    EstimatedCountPaginator,
-    NamespaceScopedAdmin,
-    admin_roles,
-    pretty_json,
-)
+from atlas.admin_keyset import KeysetAdminMixin, page_position
+from atlas.admin_mixins import NamespaceScopedAdmin, admin_roles, pretty_json
 from changesets.admin import pages, revert, trash
-from changesets.admin.changelist import (
-    AuthorFilter,
-    BranchFilter,
-    ChangesetQuerySet,
-    NamespaceFilter,
+from changesets.admin.changelist import AuthorFilter, BranchFilter, NamespaceFilter, UntilFilter
+from changesets.admin.search import (
+    Candidate,
+    entity_prefixes,
+    parse_changeset_ref,
+    search_page,
 )
-from changesets.admin.search import matching_revisions, parse_changeset_ref
-from changesets.models import Changeset, JournalEntry, JournalPhase, Revision
+from changesets.models import COMMON_RPCS, Changeset, JournalEntry, JournalPhase, Revision
+from changesets.selectors.log import visible_changesets
 from entities.store import EntityKey
 
 # --- changesets ---------------------------------------------------------------------
 
 
+def search_by_entity(
+    model_admin: KeysetAdminMixin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    term: str,
+    keep: Any,
+    key_field: str,
+) -> QuerySet:
+    """``queryset`` narrowed to one page of the entity search (``search.py``).
+
+    ``keep(queryset, batch)`` returns the keys of the candidates the filtered
+    queryset holds. When the search stops early, ``request.atlas_keyset_resume``
+    tells the changelist where "older" resumes (``atlas.admin_keyset``).
+    """
+    found = entity_prefixes(term, readable=admin_roles(request).readable())
+    if found is None:
+        return queryset.none()
+    slug, combos = found
+    fields = model_admin.get_keyset_fields(request)
+    direction, start = page_position(request, len(fields))
+    if start is not None and len(start) == 1:
+        # A changeset page's position is its seq: resume below all of that seq's rows.
+        start = (start[0], 0) if direction == "before" else (start[0], 2**62)
+    page = search_page(
+        slug,
+        combos,
+        direction=direction,
+        start=start,
+        want=model_admin.list_per_page + 1,
+        keep=lambda batch: keep(queryset, batch),
+    )
+    if page.resume is not None and direction == "before":
+        resume = page.resume
+        request.atlas_keyset_resume = (  # type: ignore[attr-defined]
+            (resume.seq,) if len(fields) == 1 else (resume.seq, resume.id)
+        )
+    return queryset.filter(**{f"{key_field}__in": page.keys})
+
+
+def _changesets_kept(queryset: QuerySet, batch: list[Candidate]) -> list[int]:
+    seqs = {c.seq for c in batch}
+    hits = set(queryset.filter(seq__in=seqs).values_list("seq", flat=True))
+    return [c.seq for c in batch if c.seq in hits]
+
+
+def _revisions_kept(queryset: QuerySet, batch: list[Candidate]) -> list[int]:
+    hits = set(queryset.filter(pk__in=[c.id for c in batch]).values_list("pk", flat=True))
+    return [c.id for c in batch if c.id in hits]
+
+
 @admin.register(Changeset)
-class ChangesetAdmin(NamespaceScopedAdmin):
+class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     namespaces_array_field = "namespaces"
     list_display = (
         "seq_label",
@@ -53,21 +100,37 @@ class ChangesetAdmin(NamespaceScopedAdmin):
         "journal_label",
     )
     list_display_links = ("seq_label", "id")
-    list_filter = (AuthorFilter, "rpc", BranchFilter, NamespaceFilter)
-    date_hierarchy = "at"
+    list_filter = (AuthorFilter, "rpc", BranchFilter, NamespaceFilter, UntilFilter)
     search_fields = ("=id",)  # shows the search box; get_search_results does the work
     search_help_text = "Exact: an entity slug, namespace/kind/slug, a changeset id, or #seq."
     ordering = ("-seq",)
-    sortable_by = ("seq_label", "at_label")
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) per choice
-    paginator = EstimatedCountPaginator
+    keyset_fields = ("seq",)
     list_per_page = 50
     list_select_related = ("journal",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        qs = super().get_queryset(request)
-        return ChangesetQuerySet(model=qs.model, query=qs.query, using=qs.db)
+        """Scoped to the readable namespaces, or on the changelist to the readable
+        namespace its filter names: that alone is the visibility test, and with
+        the overlap as well the planner multiplied the two selectivities and
+        sorted the namespace's every changeset (issue 18). ``NamespaceFilter``
+        then adds nothing (``request.atlas_scoped_to``)."""
+        readable = admin_roles(request).readable()
+        match = request.resolver_match
+        wanted = request.GET.get(NamespaceFilter.parameter_name)
+        on_changelist = match is not None and match.url_name == "changesets_changeset_changelist"
+        rpc = request.GET.get("rpc__exact")
+        if on_changelist and rpc and rpc not in COMMON_RPCS:
+            # A rare rpc drives from its index (``visible_changesets`` says why),
+            # and so does a readable namespace filter beside it.
+            if wanted and (readable is None or wanted in readable):
+                request.atlas_scoped_to = wanted  # type: ignore[attr-defined]
+                return visible_changesets([wanted], rare_rpc=True)
+            if readable is not None:
+                return visible_changesets(readable, rare_rpc=True)
+        if readable is None or not on_changelist or not wanted or wanted not in readable:
+            return super().get_queryset(request)
+        request.atlas_scoped_to = wanted  # type: ignore[attr-defined]
+        return self.model._default_manager.filter(namespaces__contains=[wanted])
 
     def get_list_display(self, request: HttpRequest) -> Any:
         readable = admin_roles(request).readable()
@@ -88,12 +151,9 @@ class ChangesetAdmin(NamespaceScopedAdmin):
         ref = parse_changeset_ref(term)
         if ref is not None:
             return queryset.filter(**ref), False
-        matches = matching_revisions(term, readable=admin_roles(request).readable())
-        if matches is None:
-            return queryset.none(), False
-        # A list of ids, not a subquery: the plan is an index probe per id,
+        # A list of seqs, not a subquery: the plan is an index probe per seq,
         # whatever the planner would guess about the search's row count.
-        return queryset.filter(pk__in={cs for _, cs in matches}), False
+        return search_by_entity(self, request, queryset, term, _changesets_kept, "seq"), False
 
     class Media:
         css = {"all": ("changesets/admin.css",)}
@@ -164,7 +224,7 @@ class ChangesetAdmin(NamespaceScopedAdmin):
 
 
 @admin.register(Revision)
-class RevisionAdmin(NamespaceScopedAdmin):
+class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     namespace_field = "namespace"
     list_display = (
         "seq",
@@ -180,11 +240,9 @@ class RevisionAdmin(NamespaceScopedAdmin):
     list_filter = ("op",)
     search_fields = ("=slug",)
     search_help_text = "Exact: an entity slug, or namespace/kind/slug."
-    ordering = ("-seq",)
-    sortable_by = ("seq",)
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) per choice
-    paginator = EstimatedCountPaginator
+    ordering = ("-seq", "-id")
+    # A changeset's revisions share its seq: the id breaks the tie.
+    keyset_fields = ("seq", "id")
     list_per_page = 50
     fields = (
         "changeset_link",
@@ -204,10 +262,8 @@ class RevisionAdmin(NamespaceScopedAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        matches = matching_revisions(term, readable=admin_roles(request).readable())
-        if matches is None:
-            return queryset.none(), False
-        return queryset.filter(pk__in=[rid for rid, _ in matches]), False
+        page = search_by_entity(self, request, queryset, term, _revisions_kept, "pk")
+        return page, False
 
     @admin.display(description="changeset")
     def changeset_link(self, obj: Revision) -> str:
@@ -293,7 +349,7 @@ class RevisionAdmin(NamespaceScopedAdmin):
 
 
 @admin.register(JournalEntry)
-class JournalEntryAdmin(NamespaceScopedAdmin):
+class JournalEntryAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     namespaces_array_field = "changeset__namespaces"
     list_display = (
         "changeset_link",
@@ -309,16 +365,17 @@ class JournalEntryAdmin(NamespaceScopedAdmin):
     # (UUIDv7, time-ordered) for every entry, ``journal_pending`` (seq) for the
     # outstanding ones, which are few among many.
     ordering = ("-changeset_id",)
-    sortable_by = ()
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) per choice
-    paginator = EstimatedCountPaginator
+    keyset_fields = ("changeset_id",)
+    list_per_page = 50
     list_select_related = ("changeset",)
 
-    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+    def get_keyset_fields(self, request: HttpRequest) -> tuple[str, ...]:
         if request.GET.get("phase__exact") == JournalPhase.COMMITTED:
-            return ("-seq",)
-        return self.ordering
+            return ("seq",)
+        return self.keyset_fields
+
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+        return tuple(f"-{f}" for f in self.get_keyset_fields(request))
 
     @admin.display(description="changeset")
     def changeset_link(self, obj: JournalEntry) -> str:

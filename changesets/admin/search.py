@@ -1,41 +1,70 @@
-"""Admin search over the log by entity, served by index seeks (no scan of history).
+"""Admin search over the log by entity, driven from the revision history index and paged by key.
 
 Revisions are indexed by ``(branch, namespace, kind, slug, seq)``. A search
-by slug alone does not know the leading columns, and PostgreSQL 16 cannot
-skip-scan, so a plain ``slug = %s`` (or Django's ``icontains``) would read
-every revision. Instead:
+by slug alone does not know the leading columns, and PostgreSQL 15 cannot
+skip-scan, so a plain ``slug = %s`` would read every revision. Instead:
 
 1. list the distinct ``(branch, namespace, kind)`` prefixes with a loose
-   index scan (one seek per prefix; there are few);
-2. seek ``(prefix, slug)`` for each of them, newest first, at most
-   :data:`MAX_MATCHES` revisions.
+   index scan (one seek per prefix; there are few), keeping the readable ones;
+2. read the entity's revisions newest first below the page's position: one
+   backward range scan of ``(prefix, slug, seq < s)`` per prefix, merged, at
+   most :data:`CHUNK` rows;
+3. keep the candidates the changelist's other filters (author, rpc, scope …)
+   also match (one probe by primary key or seq each), and repeat from the
+   last candidate until a page is full or :data:`MAX_CANDIDATES` were examined.
 
-The cost follows the number of prefixes and matches, not the log's size.
+Nothing is truncated: the page's "older" link starts where the search stopped
+(``atlas.admin_keyset``), so a busy entity's tens of thousands of changesets
+are all reachable, and a page costs at most ``MAX_CANDIDATES`` index entries
+whatever the size of the log or of the entity's history.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from atlas.admin_keyset import AFTER, BEFORE, Key
 from atlas.admin_mixins import loose_index_scan
 from atlas.replicas import read_connection
 
-# The newest revisions of one entity that a search returns (a very busy key
-# has more; the date hierarchy and filters narrow further).
-MAX_MATCHES = 5000
+# Candidates read per round, and per page at most (the page then offers "older").
+CHUNK = 100
+MAX_CANDIDATES = 5000
 _SLUG_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 _SEQ_RE = re.compile(r"^#(\d{1,18})$")
 
-_MATCH_SQL = """
-SELECT r.id, r.changeset_id
-FROM unnest(%s::text[], %s::text[], %s::text[]) AS c(branch, namespace, kind)
-JOIN changesets_revision r
-  ON r.branch = c.branch AND r.namespace = c.namespace AND r.kind = c.kind AND r.slug = %s
-ORDER BY r.seq DESC
-LIMIT %s
+# One backward (or forward) range scan per prefix, each LIMITed, merged by seq.
+# ``(r.seq, r.id) < (%s, %s)``: revisions of one entity never share a seq, but
+# a batch touching the slug in two namespaces gives two rows at one seq.
+_CANDIDATES_SQL = """
+SELECT m.seq, m.id, m.changeset_id
+FROM unnest(%(b)s::text[], %(n)s::text[], %(k)s::text[]) AS c(branch, namespace, kind)
+CROSS JOIN LATERAL (
+  SELECT r.seq, r.id, r.changeset_id FROM changesets_revision r
+  WHERE r.branch = c.branch AND r.namespace = c.namespace AND r.kind = c.kind
+    AND r.slug = %(slug)s AND {bound}
+  ORDER BY r.seq {order} LIMIT %(limit)s
+) m
+ORDER BY m.seq {order}, m.id {order}
+LIMIT %(limit)s
 """
+_BOUNDS = {
+    (BEFORE, False): ("TRUE", "DESC"),
+    (BEFORE, True): ("r.seq <= %(s)s AND (r.seq, r.id) < (%(s)s, %(i)s)", "DESC"),
+    (AFTER, False): ("TRUE", "ASC"),
+    (AFTER, True): ("r.seq >= %(s)s AND (r.seq, r.id) > (%(s)s, %(i)s)", "ASC"),
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    seq: int
+    id: int
+    changeset_id: uuid.UUID
 
 
 def parse_changeset_ref(term: str) -> dict[str, Any] | None:
@@ -48,15 +77,13 @@ def parse_changeset_ref(term: str) -> dict[str, Any] | None:
     return {"seq": int(match.group(1))} if match else None
 
 
-def matching_revisions(
-    term: str, *, readable: list[str] | None
-) -> list[tuple[int, uuid.UUID]] | None:
-    """``(revision id, changeset id)`` of the revisions of the entity ``term`` names.
+def entity_prefixes(term: str, *, readable: list[str] | None) -> tuple[str, list[tuple]] | None:
+    """The slug ``term`` names and the readable ``(branch, namespace, kind)`` to seek it in.
 
     ``term`` is a slug (any namespace and kind) or ``namespace/kind/slug``.
     Only namespaces in ``readable`` (``None`` = all) are searched, so a search
-    never reveals a key in a namespace the user cannot read. Returns None
-    when ``term`` cannot name an entity at all.
+    never reveals a key in a namespace the user cannot read. None when
+    ``term`` cannot name an entity at all.
     """
     parts = term.split("/")
     if len(parts) == 3:
@@ -75,17 +102,66 @@ def matching_revisions(
     if readable is not None:
         allowed = set(readable)
         combos = [c for c in combos if c[1] in allowed]
+    return slug, combos
+
+
+def candidates(
+    slug: str, combos: Sequence[tuple], *, direction: str, after: Key | None, limit: int
+) -> list[Candidate]:
+    """The entity's revisions beyond ``after`` (``(seq, id)``), at most ``limit``."""
     if not combos:
         return []
-    with read_connection().cursor() as cursor:
-        cursor.execute(
-            _MATCH_SQL,
-            [
-                [c[0] for c in combos],
-                [c[1] for c in combos],
-                [c[2] for c in combos],
-                slug,
-                MAX_MATCHES,
-            ],
-        )
-        return [(row[0], row[1]) for row in cursor.fetchall()]
+    where, order = _BOUNDS[(direction, after is not None)]
+    params: dict[str, Any] = {
+        "b": [c[0] for c in combos],
+        "n": [c[1] for c in combos],
+        "k": [c[2] for c in combos],
+        "slug": slug,
+        "limit": limit,
+    }
+    if after is not None:
+        params.update(s=after[0], i=after[1])
+    with read_connection().cursor() as cursor:  # a replica's, when configured
+        cursor.execute(_CANDIDATES_SQL.format(bound=where, order=order), params)
+        return [Candidate(*row) for row in cursor.fetchall()]
+
+
+@dataclass
+class SearchPage:
+    """What a search page shows (``keys``), and where to resume if it stopped early."""
+
+    keys: list[Any]
+    resume: Candidate | None
+
+
+def search_page(
+    slug: str,
+    combos: Sequence[tuple],
+    *,
+    direction: str,
+    start: Key | None,
+    want: int,
+    keep: Callable[[list[Candidate]], list[Any]],
+) -> SearchPage:
+    """Up to ``want`` keys of candidates that ``keep`` accepts, beyond ``start``.
+
+    ``keep`` gets a round of candidates and returns the keys (changeset seqs,
+    revision ids) of those the changelist's filters match. Stops after
+    :data:`MAX_CANDIDATES`; ``resume`` is then the last candidate examined.
+    """
+    found: list[Any] = []
+    position = start
+    examined = 0
+    while len(found) < want:
+        if examined >= MAX_CANDIDATES:
+            assert position is not None
+            return SearchPage(found, Candidate(position[0], position[1], uuid.UUID(int=0)))
+        batch = candidates(slug, combos, direction=direction, after=position, limit=CHUNK)
+        if not batch:
+            break
+        examined += len(batch)
+        found += [k for k in keep(batch) if k not in found]
+        position = (batch[-1].seq, batch[-1].id)
+        if len(batch) < CHUNK:
+            break
+    return SearchPage(found[:want], None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 
+from atlas.admin_mixins import EstimatedCountPaginator
 from entities import access
 from entities.models import Entity, Namespace
 from tests.changesets.test_admin import NS, SECRET, logged_in, make_admin, put
@@ -155,3 +156,13 @@ def test_namespace_add_goes_through_the_service_and_validates(root):
     assert change.status_code == 302
     assert not Namespace.objects.get(name="acme.new").protected
     assert client.post(f"{NAMESPACES}acme.new/delete/").status_code == 403
+
+
+def test_past_the_exact_limit_the_entity_count_is_an_estimate(root, monkeypatch):
+    # Moved from the changeset list, which pages by key now and counts nothing.
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_up_to", 2)
+    for n in range(4):
+        put(root, (f"{NS}/order/e{n}", {"n": n}))
+    response = logged_in(root).get(LIST)
+    assert response.context["cl"].paginator.estimated
+    assert b"about" in response.content
