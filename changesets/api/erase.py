@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.validators import RegexValidator
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,8 +28,9 @@ from changesets.services.erase import MSG_POINTER, EraseTarget, entities_erase
 from entities import access
 from entities.store import EntityKey
 
-# An RFC 6901 pointer to a member: one or more "/segment"s ("~" only as "~0" or "~1").
-POINTER_PATTERN = r"^(/([^~/]|~[01])*)+$"
+# An RFC 6901 pointer to a member: one or more "/segment"s ("~" only as "~0" or "~1";
+# no NUL, which no JSON text Atlas stores can hold).
+POINTER_PATTERN = r"^(/([^~/\u0000]|~[01])*)+$"
 
 
 class EraseTargetSerializer(strict.Body):
@@ -135,6 +136,14 @@ class EraseViewSet(ViewSet):
         )
 
 
+# A page is one object, though ``list`` answers it (many=False keeps drf-spectacular
+# from describing an array of pages).
+@extend_schema_serializer(many=False)
+class ErasurePageSerializer(serializers.Serializer):
+    results = ErasureSerializer(many=True)
+    next_page_token = serializers.CharField(allow_null=True)
+
+
 # ``GET /erasures``: erasures whose namespaces the caller can all read, newest first.
 class ErasuresViewSet(ViewSet):
     @extend_schema(
@@ -142,13 +151,7 @@ class ErasuresViewSet(ViewSet):
         summary="Erasures (who, when, why, which pointers; never the values), newest first",
         parameters=PAGE_PARAMS,
         responses={
-            200: inline_serializer(
-                "ErasurePage",
-                {
-                    "results": ErasureSerializer(many=True),
-                    "next_page_token": serializers.CharField(allow_null=True),
-                },
-            ),
+            200: ErasurePageSerializer,
             **{code: PROBLEM for code in (400, 422)},
         },
     )

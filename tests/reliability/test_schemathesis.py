@@ -126,6 +126,8 @@ SEMANTIC_REJECTIONS: list[tuple[int, str, str | None]] = [
     (422, "/as_of_time", "Give exactly one of"),
     (422, "/as_of", "deleted=true lists the trash"),
     (422, "/as_of_time", "deleted=true lists the trash"),
+    # Resolutions settle key-level conflicts only (API.md "Decisions for the added sections").
+    (422, "/resolutions", "Resolutions settle key-level conflicts"),
     # Webhook hosts must resolve (to a public address unless allowed): docs/feed.md.
     (422, "/url", None),
     # Subscription namespaces must exist.
