@@ -21,7 +21,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from django.db import connection
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -30,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from atlas.services import api_token_create
 from changesets.models import Changeset
 from tests.atlas.test_gunicorn import CONFIG, free_port
+from tests.changesets.worker_helpers import database_url_for_workers
 
 NS = "acme.orders"
 HIDDEN = "acme.secret"
@@ -210,12 +210,9 @@ def test_streamable_http_under_gunicorn_as_deployed(people):
 
 
 def _database_url() -> str:
-    """The test database, as the spawned command must reach it."""
-    s = connection.settings_dict
-    user = s.get("USER") or "postgres"
-    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
-    host = s.get("HOST") or "127.0.0.1"
-    return f"postgres://{user}{password}@{host}:{s.get('PORT') or 5432}/{s['NAME']}"
+    """The test database, as the spawned command must reach it (TCP or the embedded
+    server's socket folder)."""
+    return database_url_for_workers()
 
 
 def _stdio(key: str | None, work: Any) -> Any:
