@@ -223,22 +223,8 @@ def restore_entity(
     key = path_key(namespace, kind, slug)
     if not access.can_read(caller.user, namespace):
         raise NotFound("No such entity.")
-    raw: dict[str, Any] = {"comment": comment}
-    for name, value in (("version", version), ("as_of", as_of), ("as_of_time", as_of_time)):
-        if value is not None:
-            raw[name] = value
-    if metadata is not None:
-        raw["metadata"] = metadata
-    body = strict.validated(EntityRestoreBodySerializer, raw)
-    point = None
-    if "version" not in body:
-        point = as_of_resolve(
-            branch="",
-            namespaces=access.readable_namespaces(caller.user),
-            changeset_id=body.get("as_of"),
-            at=body.get("as_of_time"),
-            name="as_of",
-        )
+    points = {"version": version, "as_of": as_of, "as_of_time": as_of_time}
+    body, point = _restore_point(caller, {**points, "comment": comment, "metadata": metadata})
     store = store_named(branch, user=caller.user)
 
     def run(dry_run: bool, expect_plan: str | None) -> Outcome:
@@ -273,3 +259,21 @@ def restore_entity(
     return confirmable(
         caller, tool="restore_entity", arguments=arguments, plan_token=plan_token, run=run
     )
+
+
+def _restore_point(caller: Caller, raw: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The restore body checked by the API's serializer (``None`` arguments left out),
+    and the baseline changeset its ``as_of``/``as_of_time`` names (``None`` for a version)."""
+    body = strict.validated(
+        EntityRestoreBodySerializer, {k: v for k, v in raw.items() if v is not None}
+    )
+    if "version" in body:
+        return body, None
+    point = as_of_resolve(
+        branch="",
+        namespaces=access.readable_namespaces(caller.user),
+        changeset_id=body.get("as_of"),
+        at=body.get("as_of_time"),
+        name="as_of",
+    )
+    return body, point
