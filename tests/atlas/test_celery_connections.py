@@ -10,6 +10,7 @@ or two. Atlas applies Django's own rule around each task instead
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -39,8 +40,15 @@ def sessions() -> int:
         return int(cursor.fetchone()[0])
 
 
-def done(log: str) -> int:
-    return sum("subscriptions_wake" in line and "succeeded" in line for line in log.splitlines())
+def done(log: str, ids: set[str]) -> int:
+    """How many of ``ids`` the worker reports finished.
+
+    By id, not by counting "succeeded" lines: beat and the relay send
+    ``subscriptions_wake`` on their own, and one of theirs finishing first made
+    the count reach ``TASKS`` with the last of ours still queued (CI saw 29).
+    """
+    finished = re.findall(r"subscriptions_wake\[([0-9a-f-]+)\] succeeded", log)
+    return len(ids.intersection(finished))
 
 
 def run_tasks(broker: Broker, **env: str) -> int:
@@ -48,10 +56,9 @@ def run_tasks(broker: Broker, **env: str) -> int:
     with worker_factory(broker) as start:
         worker = start(**env)
         before = sessions()
-        for _ in range(TASKS):
-            subscriptions_wake.delay()
+        ids = {subscriptions_wake.delay().id for _ in range(TASKS)}
         wait_for(
-            lambda: done(worker.log()) >= TASKS,
+            lambda: done(worker.log(), ids) == TASKS,
             timeout=60,
             what=f"{TASKS} tasks done",
         )
