@@ -209,7 +209,10 @@ def gunicorn(
     argv = [sys.executable, "-m", "tests.reliability.harness", "serve", "--"]
     argv += ["--bind", f"{LOOPBACK}:{port}", "--workers", str(workers), "--preload"]
     if threads > 1:
-        argv += ["--threads", str(threads), "--worker-class", "gthread"]
+        # gthread closes an idle keep-alive connection after 2 s by default; tests that
+        # connect first and then release their requests together at a barrier wait longer
+        # than that on a loaded machine, and their POST met a reset connection.
+        argv += ["--threads", str(threads), "--worker-class", "gthread", "--keep-alive", "60"]
     argv += ["--timeout", str(int(timeout)), "--graceful-timeout", "5", "--log-level", "warning"]
     child = child_env(
         database_url,

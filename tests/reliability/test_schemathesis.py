@@ -137,10 +137,12 @@ SEMANTIC_REJECTIONS: list[tuple[int, str, str | None]] = [
     # If-Match is "*" or a list of quoted entity tags (RFC 9110), described in words:
     # any other header value is 422 (docs/api.md, Input rules).
     (422, "/headers/If-Match", "Malformed If-Match"),
-    # Content and patches: no U+0000 anywhere, nesting at most 64 levels (docs/api.md).
+    # Content, patches and metadata: no U+0000 anywhere, nesting at most 64 levels (docs/api.md).
     (422, "/content", "U+0000"),
     (422, "/patch", "U+0000"),
     (422, "/ops/", "U+0000"),
+    # Changeset metadata is client JSON under the same rule, member names included.
+    (422, "/metadata", "U+0000"),
 ]
 
 
