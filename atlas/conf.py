@@ -1,6 +1,6 @@
 """Atlas's own settings (all named ``ATLAS_*``), each with a safe default, read in one place.
 
-Atlas runs as its own project (``atlas/settings.py`` fills these from the
+Atlas runs as its own project (``atlas/settings/`` fills these from the
 environment) or inside a host project, whose settings module knows nothing of
 them. So no code reads an ``ATLAS_*`` attribute of ``django.conf.settings``
 directly: it calls :func:`get`, which takes the host's value when it sets one

@@ -5,8 +5,10 @@ A bad body is one 422 listing every ``{pointer, detail}`` found (API.md
 RFC 6901 paths into the body (``/ops/3/content``). The body and query bases
 that collect them, and the fields that only check a JSON type, are in
 :mod:`atlas.api.strict`; here are the fields that carry a domain rule (names,
-content, the ``comment`` of every body) and the checks ``/batch``'s measured
-hand-written path shares. Apps' APIs import these from here, never from each other.
+content, the ``comment`` of every body), the checks ``/batch``'s measured
+hand-written path shares, and the pieces revert's, merge's and sync's bodies
+share (lists of entity refs, granularity). Apps' APIs import these from here,
+never from each other.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from atlas.api.strict import (
     NO_NUL,
     FieldProblem,
     Query,
+    StrictChoiceField,
     raise_errors,
 )
-from atlas.exceptions import PayloadTooLarge
+from atlas.exceptions import PayloadTooLarge, ValidationFailed
 from changesets import provenance
+from changesets.merge3 import GRANULARITIES
 from entities import validation as v
+from entities.store import EntityKey
 
 MAX_COMMENT_LENGTH = 10_000
 MAX_PREFIX_LENGTH = 200
@@ -270,3 +275,41 @@ def kind_field(**kwargs: Any) -> serializers.Field:
 
 def slug_field(**kwargs: Any) -> serializers.Field:
     return NameField(valid=v.is_valid_slug, message=v.MSG_SLUG, schema=SLUG_SCHEMA, **kwargs)
+
+
+# --- lists of entity refs, and merge granularity: revert's, merge's and sync's bodies
+
+
+class ObjectListField(serializers.ListField):
+    """A JSON array of closed objects, each checked by ``child`` (a :class:`strict.Body`),
+    every error at its pointer inside the list (``/only/2/slug``)."""
+
+    def run_validation(self, data: Any = empty) -> Any:
+        if data is empty:
+            return super().run_validation(data)
+        if not isinstance(data, list):
+            raise FieldProblem([("", "Must be a list.")])
+        items: list[tuple[str, str]] = []
+        values: list[dict[str, Any]] = []
+        for i, item in enumerate(data):
+            if not isinstance(item, dict):
+                items.append((f"/{i}", "Expected an object."))
+                continue
+            try:
+                values.append(self.child.to_internal_value(item))
+            except ValidationFailed as exc:
+                errors = exc.errors or [{"pointer": "", "detail": exc.detail}]
+                items += [(f"/{i}{e['pointer']}", e["detail"]) for e in errors]
+        if items:
+            raise FieldProblem(items)
+        return values
+
+
+def ref_key(ref: dict[str, Any]) -> EntityKey:
+    return EntityKey(ref["namespace"], ref["kind"], ref["slug"])
+
+
+def granularity_field(default: str, help_text: str) -> serializers.Field:
+    return StrictChoiceField(
+        list(GRANULARITIES), required=False, default=default, help_text=help_text
+    )

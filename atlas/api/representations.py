@@ -120,6 +120,16 @@ CHANGED_HELP = (
 )
 
 
+# An op as ``/batch`` takes it: what a revert, an import or a branch sync writes
+# (or, on a dry run, would), in the answers of both apps' APIs.
+class InverseOpSerializer(serializers.Serializer):
+    op = serializers.ChoiceField(["put", "delete"])
+    namespace = serializers.CharField()
+    kind = serializers.CharField()
+    slug = serializers.CharField()
+    content = serializers.JSONField(required=False)
+
+
 class ChangesetOpSerializer(serializers.Serializer):
     namespace = serializers.CharField()
     kind = serializers.CharField()

@@ -40,8 +40,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from atlas import conf
 from atlas.api.errors import PROBLEM_JSON
 from atlas.exceptions import AtlasError, BadRequest, NotAuthenticated, NotFound, PayloadTooLarge
+from atlas.mcp.bridge import CALLER_SCOPE_KEY
 from atlas.mcp.caller import UNKNOWN_CLIENT, Caller, authenticate, client_name
-from atlas.mcp.server import CALLER_SCOPE_KEY, build_server
+from atlas.mcp.server import build_server
 
 _SESSION_SALT = "atlas.mcp.session"
 MSG_NO_TOKEN = "Send Authorization: Token <key> (an Atlas API token) with every request."

@@ -15,14 +15,17 @@ from rest_framework import serializers
 
 from atlas.api import strict
 from atlas.api.inputs import (
+    ObjectListField,
     comment_field,
+    granularity_field,
     kind_field,
     metadata_field,
     namespace_field,
+    ref_key,
     slug_field,
 )
 from atlas.api.render import rfc3339
-from atlas.api.representations import ChangesetSerializer
+from atlas.api.representations import ChangesetSerializer, InverseOpSerializer
 from atlas.exceptions import ValidationFailed
 from branches.keymerge import SIDES, Resolution
 from branches.models import MSG_NAME, NAME_PATTERN, Branch, BranchStatus
@@ -34,12 +37,6 @@ from branches.selectors import (
     visible_changeset_ids,
 )
 from changesets import pointers
-from changesets.api.serializers import (
-    InverseOpSerializer,
-    ObjectListField,
-    granularity_field,
-    ref_key,
-)
 from entities.store import EntityKey
 
 

@@ -8,31 +8,19 @@ one description that both validates and documents them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework import serializers
-from rest_framework.fields import empty
 
 from atlas.api import strict
 from atlas.api.inputs import (
+    ObjectListField,
     comment_field,
+    granularity_field,
     kind_field,
     metadata_field,
     namespace_field,
     slug_field,
 )
-from atlas.api.representations import ChangesetSerializer
-from atlas.exceptions import ValidationFailed
-from changesets.merge3 import GRANULARITIES
-from entities.store import EntityKey
-
-
-class InverseOpSerializer(serializers.Serializer):
-    op = serializers.ChoiceField(["put", "delete"])
-    namespace = serializers.CharField()
-    kind = serializers.CharField()
-    slug = serializers.CharField()
-    content = serializers.JSONField(required=False)
+from atlas.api.representations import ChangesetSerializer, InverseOpSerializer
 
 
 # What revert and import answer: the changeset written (null on a dry run or when
@@ -52,41 +40,6 @@ class RefBody(strict.Body):
     namespace = namespace_field()
     kind = kind_field()
     slug = slug_field()
-
-
-class ObjectListField(serializers.ListField):
-    """A JSON array of closed objects, each checked by ``child`` (a :class:`strict.Body`),
-    every error at its pointer inside the list (``/only/2/slug``)."""
-
-    def run_validation(self, data: Any = empty) -> Any:
-        if data is empty:
-            return super().run_validation(data)
-        if not isinstance(data, list):
-            raise strict.FieldProblem([("", "Must be a list.")])
-        items: list[tuple[str, str]] = []
-        values: list[dict[str, Any]] = []
-        for i, item in enumerate(data):
-            if not isinstance(item, dict):
-                items.append((f"/{i}", "Expected an object."))
-                continue
-            try:
-                values.append(self.child.to_internal_value(item))
-            except ValidationFailed as exc:
-                errors = exc.errors or [{"pointer": "", "detail": exc.detail}]
-                items += [(f"/{i}{e['pointer']}", e["detail"]) for e in errors]
-        if items:
-            raise strict.FieldProblem(items)
-        return values
-
-
-def ref_key(ref: dict[str, Any]) -> EntityKey:
-    return EntityKey(ref["namespace"], ref["kind"], ref["slug"])
-
-
-def granularity_field(default: str, help_text: str) -> serializers.Field:
-    return strict.StrictChoiceField(
-        list(GRANULARITIES), required=False, default=default, help_text=help_text
-    )
 
 
 # ``POST /changesets/{id}/revert``; no body at all reads as ``{}``.

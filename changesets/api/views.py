@@ -30,6 +30,7 @@ from atlas.api import representations as r
 from atlas.api.auth import actor
 from atlas.api.branch import store_for
 from atlas.api.idempotency import idempotent
+from atlas.api.inputs import ref_key
 from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PAGE_PARAMS, PROBLEM
 from atlas.api.parsers import read_limited
 from atlas.api.provenance import request_context
@@ -239,7 +240,7 @@ class ChangesetViewSet(viewsets.ViewSet):
             metadata=body.get("metadata"),
             context=request_context(request),
             granularity=body["granularity"],
-            only=[s.ref_key(ref) for ref in body["only"]] if "only" in body else None,
+            only=[ref_key(ref) for ref in body["only"]] if "only" in body else None,
         )
         return self._planned(request, result, body["dry_run"])
 
