@@ -17,7 +17,7 @@ ENSURE_DB = @if [ -z "$$DATABASE_URL" ]; then \
 
 help:
 	@echo "make run       virtualenv, database, migrate, demo user, then web (gunicorn) + worker"
-	@echo "make test      make lint, then pytest (pass options in PYTEST_ARGS=...)"
+	@echo "make test      make lint, then pytest on 2 workers (PYTEST_WORKERS=0: one; options in PYTEST_ARGS=...)"
 	@echo "make stress    the reliability harnesses at full size (~30 min; docs/reliability.md)"
 	@echo "make lint      ruff check, ruff format --check, lint-imports (.importlinter), mypy"
 	@echo "make fmt       ruff format and ruff check --fix"
@@ -83,9 +83,13 @@ pgbouncer:
 		echo "!!! (install Debian's pgbouncer package to run them) !!!"; \
 	fi
 
+# Two pytest-xdist workers by default (each with its own test database): much of the suite
+# waits on real workers, servers and brokers, so two processes halve it even on two cores.
+# PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
 test: lint browser pgbouncer
 	$(ENSURE_DB)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 # The reliability harnesses (tests/reliability) at full size; `make test` runs them bounded.
 # Figures go to .atlas/reliability/results.jsonl and into docs/reliability.md by hand.
