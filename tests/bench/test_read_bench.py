@@ -1,0 +1,97 @@
+"""The read benchmarks' own machinery (bench/_sqltime.py, bench/_scale_measure.py,
+bench/_scale_report.py, bench/_keys_report.py): what they time, count and conclude.
+
+bench/scale.py and bench/keys_blame_diff.py are only honest if the SQL time they
+report is the statements' (not Django's millisecond-rounded log), if the plan
+they show is of the statement as it ran (its parameters), if "blocks read"
+counts reads from outside shared buffers, if the rows a page shows are counted
+right (a page that shows more rows at a larger size is not a regression), and if
+a row over 1.3× is attributed to what changed. The end-to-end keys run is in
+tests/bench/test_bench_smoke.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench_module(name: str) -> ModuleType:
+    """A bench helper, imported as the scripts import it (bench/ on the path)."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return importlib.import_module(name)
+
+
+@pytest.mark.django_db
+def test_sql_timer_keeps_each_statement_with_its_parameters_and_time():
+    sqltime = bench_module("_sqltime")
+    with sqltime.sql_timer() as timer:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(0.02), %s::int", [7])
+            cursor.execute("SELECT 1")
+    assert [s.params for s in timer.statements] == [[7], None]
+    assert timer.statements[0].ms >= 20  # a millisecond-rounded log could not say 0.3 ms
+    assert 0 < timer.statements[1].ms < timer.statements[0].ms
+    assert timer.slowest() is timer.statements[0]
+    assert timer.ms == pytest.approx(sum(s.ms for s in timer.statements))
+
+
+@pytest.mark.django_db
+def test_explain_reruns_the_statement_with_its_parameters_and_never_a_write():
+    sqltime = bench_module("_sqltime")
+    with sqltime.sql_timer() as timer:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT relname FROM pg_class WHERE relname = %s", ["pg_class"])
+    plan = sqltime.explain(timer.statements[0])
+    assert "Buffers:" in plan and "pg_class" in plan and "actual time" in plan
+    write = sqltime.Statement("UPDATE auth_user SET username = 'x'", None, 1.0)
+    assert sqltime.explain(write).startswith("(a write, not re-run)")
+    assert sqltime.explain(None) == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_buffer_counts_see_this_sessions_own_reads_at_once():
+    """Outside a transaction, as the benchmark's requests run: the counts include the
+    statement just run (forced flush), not a second later."""
+    sqltime = bench_module("_sqltime")
+    hit0, read0 = sqltime.buffer_counts()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_attribute")
+    hit1, read1 = sqltime.buffer_counts()
+    assert (hit1 + read1) - (hit0 + read0) > 0
+
+
+def test_keys_verdict_flags_only_targeted_requests_over_the_bound():
+    keys = bench_module("_keys_report")
+
+    def size(total: int, blame: float, diff: float) -> dict:
+        return {"total": total, "results": {"blame (x)": {"p50": blame}, "/diff x": {"p50": diff}}}
+
+    flat = [size(10_000, 10.0, 100.0), size(1_000_000, 12.0, 900.0)]
+    assert keys.verdicts(flat, [10_000, 1_000_000], ["blame (x)", "/diff x"]).startswith(
+        "**Target met**"
+    )
+    grown = [size(10_000, 10.0, 100.0), size(1_000_000, 14.0, 100.0)]
+    text = keys.verdicts(grown, [10_000, 1_000_000], ["blame (x)", "/diff x"])
+    assert text.startswith("**Over 1.3×") and "blame (x) (1.40×)" in text and "/diff" not in text
+
+
+@pytest.mark.django_db
+def test_slowest_plan_picks_the_statement_slow_by_its_plan_not_by_one_sample():
+    sqltime = bench_module("_sqltime")
+    quick = sqltime.Statement("SELECT 1", None, 50.0)  # a hiccup made this sample slow
+    slow = sqltime.Statement("SELECT pg_sleep(0.03)", None, 31.0)
+    write = sqltime.Statement("DELETE FROM auth_user WHERE false", None, 99.0)
+    statement, plan = sqltime.slowest_plan([quick, slow, write])
+    assert statement is slow
+    assert sqltime.execution_ms(plan) >= 30
+    assert sqltime.slowest_plan([write]) == (None, "")
