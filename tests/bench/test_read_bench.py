@@ -70,6 +70,54 @@ def test_buffer_counts_see_this_sessions_own_reads_at_once():
     assert (hit1 + read1) - (hit0 + read0) > 0
 
 
+def test_rows_shown_counts_api_results_and_admin_rows_not_detail_pages():
+    measure = bench_module("_scale_measure")
+    api = json.dumps({"results": [{}, {}, {}], "next_page_token": None}).encode()
+    assert measure.rows_shown("application/json", api) == 3
+    assert measure.rows_shown("application/json", b'{"id": "x"}') is None
+    html = (
+        '<table id="result_list"><thead><tr><th>a</th></tr></thead>'
+        "<tbody><tr><td>1</td></tr><tr><td>2</td></tr></tbody></table><tr>outside</tr>"
+    )
+    assert measure.rows_shown("text/html", html.encode()) == 2
+    assert measure.rows_shown("text/html", b"<html>a changeset's page</html>") is None
+
+
+def row(p50: float, sql: float, rows: int | None, read: float = 0) -> dict:
+    return {"p50": p50, "sql_ms": sql, "rows": rows, "buffers_read": read, "status": 200}
+
+
+def test_why_names_what_grew_and_calls_the_rest_noise():
+    report = bench_module("_scale_report")
+    assert report.why([row(10, 1, 6), row(30, 1.2, 50)]) == "shows 6 → 50 rows"
+    assert report.why([row(10, 1, 50), row(30, 9, 50)]) == "SQL 1.0 → 9.0 ms"
+    reads = report.why([row(10, 1, 50), row(30, 1.5, 50, read=120)])
+    assert reads == "reads 120 blocks outside shared buffers"
+    assert report.why([row(10, 1, 50), row(30, 1.4, 50)]) == "same rows, SQL flat, no reads: noise"
+
+
+def test_warm_table_counts_the_rows_over_the_bound_and_their_reasons():
+    report = bench_module("_scale_report")
+    sizes = [100_000, 10_000_000]
+    flat = {**row(10, 1, 50), "http_p50": 12.0}
+    cells = {
+        ("flat page", "superuser"): {sizes[0]: flat, sizes[1]: {**flat, "p50": 12.0}},
+        ("fuller page", "scoped"): {
+            sizes[0]: {**row(10, 1, 6), "http_p50": 12.0},
+            sizes[1]: {**row(25, 1, 50), "http_p50": 14.0},
+        },
+        ("slower over http", "scoped"): {
+            sizes[0]: flat,
+            sizes[1]: {**flat, "http_p50": 30.0},
+        },
+    }
+    lines = report.warm_table(cells, sizes)
+    assert lines[0].startswith("2 of 3 page × user rows grew more than 1.3×")
+    assert "1 shows" in lines[0] and "1 same" in lines[0]
+    fuller = next(line for line in lines if line.startswith("| fuller page |"))
+    assert "**2.50**" in fuller and "6 / 50" in fuller and fuller.endswith("shows 6 → 50 rows |")
+
+
 def test_keys_verdict_flags_only_targeted_requests_over_the_bound():
     keys = bench_module("_keys_report")
 
