@@ -35,11 +35,13 @@ def report(results: list[dict[str, Any]], skipped: list, args: argparse.Namespac
     lines = [
         f"Fixtures (through the write service, on top of bench/history_pages.py's log): {fx[0]}"
         f" blame entities in `bench.hist` with {fx[1]} revisions each, a namespace of"
-        f" {fx[2]:,} entities for the diff. {args.repeat} interleaved rounds per request,"
-        " in-process test client with token auth; warm (each request once before timing: its"
-        " pages are then in PostgreSQL's buffers or the OS page cache). SQL ms: the"
-        " statements' time at the client (bench/_sqltime.py); rows: entries returned (blame:"
-        " leaves; a walk: all pages).",
+        f" {fx[2]:,} entities for the diff. Sizes interleaved: one in-process server per"
+        " size (Django's test client, token auth), driven in lockstep, each request at every"
+        f" size in turn, {args.repeat} rounds (a request whose rounds have taken"
+        f" {args.seconds:.0f} s stops at three); warm: every request once at every size"
+        " before timing (its pages are then in PostgreSQL's shared buffers or the OS page"
+        " cache). SQL ms: the statements' time at the client (bench/_sqltime.py); rows:"
+        " entries returned (blame: leaves; a walk: all pages).",
         "",
     ]
     if NOTES.exists():
@@ -67,8 +69,8 @@ def table(results: list[dict[str, Any]], sizes: list[int], labels: list[str]) ->
         ratio = cells[-1]["p50"] / cells[0]["p50"] if len(cells) > 1 else float("nan")
         row = [f"{c['p50']:.2f}" for c in cells]
         row += [_ratio(ratio, label), f"{cells[-1]['p95']:.2f}"]
-        row += [f"{c['sql_p50']:.2f}" for c in cells]
-        row += [str(cells[-1]["statements"]), f"{cells[-1]['rows']:,}"]
+        row += [f"{c['sql_ms']:.2f}" for c in cells]
+        row += [str(cells[-1]["queries"]), f"{cells[-1]['rows']:,}"]
         out.append(f"| {label} | " + " | ".join(row) + " |")
     return "\n".join(out)
 
@@ -135,7 +137,7 @@ def plans(result: dict[str, Any]) -> str:
     inline = [f"EXPLAIN (ANALYZE, BUFFERS) of the slowest statement, at {size} revisions:"]
     for label, r in result["results"].items():
         block = (
-            f"\n{label}: {r['statements']} statements, slowest {r['slowest_ms']:.2f} ms\n\n"
+            f"\n{label}: {r['queries']} statements, the slowest by its plan shown\n\n"
             f"```\n{r['plan'].strip()}\n```"
         )
         every.append(f"\n## {label}\n{block}")

@@ -97,11 +97,18 @@ class RenderTimer:
 RENDER = RenderTimer()
 
 
-def serve(urls: dict[Key, str], get: Callable[[str, str], Any], hello: dict[str, Any]) -> None:
+def serve(
+    urls: dict[Key, str],
+    get: Callable[[str, str], Any],
+    hello: dict[str, Any],
+    describe: Callable[[Any], dict[str, Any]] | None = None,
+) -> None:
     """Answer the parent's requests on the protocol stream until told to stop.
 
-    The protocol is the process's original stdout; everything printed after this
-    point (Django, PostgreSQL notices) goes to stderr instead.
+    ``get(user, url)`` makes one request and returns its response; ``describe(response)``
+    says what the page showed (default: rows and bytes of a Django response). The
+    protocol is the process's original stdout; everything printed after this point
+    (Django, PostgreSQL notices) goes to stderr instead.
     """
     RENDER.install()
     proto: TextIO = os.fdopen(os.dup(1), "w")
@@ -114,7 +121,10 @@ def serve(urls: dict[Key, str], get: Callable[[str, str], Any], hello: dict[str,
         if msg["op"] == "quit":
             return
         key = (msg["user"], msg["page"])
-        send(time_one(get, key, urls[key]) if msg["op"] == "time" else final(get, key, urls[key]))
+        if msg["op"] == "time":
+            send(time_one(get, key, urls[key]))
+        else:
+            send(final(get, key, urls[key], describe or shown))
 
 
 def time_one(get: Callable[[str, str], Any], key: Key, url: str) -> dict[str, Any]:
@@ -136,7 +146,20 @@ def time_one(get: Callable[[str, str], Any], key: Key, url: str) -> dict[str, An
     }
 
 
-def final(get: Callable[[str, str], Any], key: Key, url: str) -> dict[str, Any]:
+def shown(response: Any) -> dict[str, Any]:
+    """What a Django response showed: its rows (:func:`rows_shown`) and bytes."""
+    return {
+        "rows": rows_shown(response.get("Content-Type", ""), response.content),
+        "bytes": len(response.content),
+    }
+
+
+def final(
+    get: Callable[[str, str], Any],
+    key: Key,
+    url: str,
+    describe: Callable[[Any], dict[str, Any]],
+) -> dict[str, Any]:
     """One more request: what the page showed, its statements, its slowest plan."""
     with sql_timer() as timer:
         response = get(key[0], url)
@@ -146,8 +169,7 @@ def final(get: Callable[[str, str], Any], key: Key, url: str) -> dict[str, Any]:
         "status": response.status_code,
         "queries": len(timer.statements),
         "slowest_query_ms": slowest.ms if slowest else 0.0,
-        "rows": rows_shown(response.get("Content-Type", ""), response.content),
-        "bytes": len(response.content),
+        **describe(response),
         "plan": plan if len(plan) <= 4000 else plan[:4000] + "\n… (truncated)",
     }
 
@@ -190,18 +212,30 @@ def rotated(items: list[Any], by: int) -> list[Any]:
     return items[by:] + items[:by]
 
 
-def in_process(servers: list[SizeServer], keys: list[Key], runs: int) -> dict[str, dict[Key, dict]]:
+def in_process(
+    servers: list[SizeServer], keys: list[Key], runs: int, *, seconds: float | None = None
+) -> dict[str, dict[Key, dict]]:
     """Every page at every size: the warm pass, ``runs`` interleaved rounds, the final
-    request; per size, per page, the record bench/_scale_report.py reads."""
+    request; per size, per page, the record bench/_scale_report.py reads.
+
+    ``seconds``: a page whose timed requests (all sizes) have taken that long gets no
+    more rounds once it has three (a request that takes seconds at the largest size
+    is not timed thirty times).
+    """
     first: dict[str, dict[Key, dict]] = {}
     for key in keys:  # the warm pass, size by size within each page
         for s in servers:
             first.setdefault(s.size, {})[key] = s.call("time", key)
     samples: dict[str, dict[Key, list[dict]]] = {s.size: {k: [] for k in keys} for s in servers}
+    spent = dict.fromkeys(keys, 0.0)
     for r in range(runs):
         for key in keys:
+            if seconds is not None and r >= 3 and spent[key] > seconds * 1000:
+                continue
             for s in rotated(servers, r):
-                samples[s.size][key].append(s.call("time", key))
+                got = s.call("time", key)
+                samples[s.size][key].append(got)
+                spent[key] += got["wall"]
     out: dict[str, dict[Key, dict]] = {}
     for s in servers:
         out[s.size] = {}

@@ -22,29 +22,30 @@ changed keys, chain and journal are what a client's writes leave):
   1% and creates 1% (point B);
 - a marker entity (``bench.kbd.meta``) naming the points, so a later run finds them.
 
-Then every request below, ``--repeat`` interleaved rounds through Django's test
-client in this process (token auth, the whole middleware and view stack), each
-round on another blame entity; per request the p50/p95 of wall time, the SQL time
-(each statement timed around the driver call: bench/_sqltime.py), the statements,
-and ``EXPLAIN (ANALYZE, BUFFERS)`` of the slowest statement. Target: blame and
-key-filtered history flat (largest size within 1.3× of the smallest).
+Then every request below, sizes interleaved: one child process per size serves the
+requests in-process (Django's test client, token auth, the whole middleware and view
+stack; bench/_scale_measure.py's protocol), and this process drives them in lockstep,
+each request at every size in turn, ``--repeat`` rounds after a warm pass, each call on
+another blame entity; so a load spike on a shared machine hits every size alike. Per
+request: p50/p95 of wall time, the SQL time (each statement timed around the driver
+call: bench/_sqltime.py), the statements, and ``EXPLAIN (ANALYZE, BUFFERS)`` of the
+statement slowest by its plan. Target: blame and key-filtered history flat (largest
+size within 1.3× of the smallest).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import history_pages as hp
-from _common import bench_env, database, header, write_json
+from _common import bench_env, database, header, pct, write_json
 from _keys_report import TITLE, report
-from _keys_timing import time_requests
-from _setup import setup, write_section
+from _keys_timing import USER, Fetched, client, fetch
+from _scale_measure import SizeServer, in_process, serve
+from _setup import database_url, setup, write_section
 
 NS = hp.NS
 DIFF_NS = "bench.kbd.diff"
@@ -212,15 +213,17 @@ def requests(marker: dict[str, Any], background: int) -> dict[str, Any]:
     }
 
 
-def stage(total: int, args: argparse.Namespace, name: str) -> dict[str, Any]:
-    """In a child process bound to database ``name``: populate, fixtures, then time."""
+def child(args: argparse.Namespace) -> None:
+    """``--serve N``: bound to this size's database, populate and write the fixtures if
+    missing, then serve the requests to the parent (bench/_scale_measure.py's protocol),
+    each call of a request on the next blame entity."""
     bench_env()
-    setup(settings="bench.settings", database=name)
+    setup(settings="bench.settings", database=args.database)
     from django.db import connection
 
     from entities.models import Namespace
 
-    populated = 0.0
+    total, populated = args.serve, 0.0
     if not Namespace.objects.filter(name=NS).exists():
         print(f"  populating {total:,} revisions (bench/history_pages.py) ...", flush=True)
         populated = hp.populate_atlas(total)["total_s"]
@@ -231,8 +234,21 @@ def stage(total: int, args: argparse.Namespace, name: str) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     background = max(total // hp.PER_ENTITY, hp.PER_CHANGESET)
-    results = time_requests(requests(marker, background), args.repeat, args.seconds)
-    return {"total": total, "populate_s": populated, "fixtures": marker, "results": results}
+    reqs = requests(marker, background)
+    http, headers = client()
+    calls = dict.fromkeys(reqs, 0)
+
+    def get(_user: str, label: str) -> Fetched:
+        calls[label] += 1
+        return fetch(http, headers, reqs[label](calls[label]))
+
+    hello = {
+        "pages": [(USER, label, label) for label in reqs],
+        "headers": {},
+        "facts": {"total": total, "populate_s": populated, "fixtures": marker},
+        "database_url": database_url(args.database),
+    }
+    serve({(USER, label): label for label in reqs}, get, hello, describe=lambda r: r.info)
 
 
 def main() -> None:
@@ -242,8 +258,10 @@ def main() -> None:
     parser.add_argument("--entities", type=int, default=20, help="blame entities")
     parser.add_argument("--history", type=int, default=300, help="revisions per blame entity")
     parser.add_argument("--diff-entities", type=int, default=10_000)
-    parser.add_argument("--seconds", type=float, default=90, help="per request, at most")
-    parser.add_argument("--budget", type=float, default=3600, help="seconds for all sizes")
+    parser.add_argument(
+        "--seconds", type=float, default=60, help="per request, all sizes: then 3 rounds only"
+    )
+    parser.add_argument("--budget", type=float, default=3600, help="seconds for populations")
     parser.add_argument(
         "--reuse-only",
         action="store_true",
@@ -251,67 +269,76 @@ def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--json", default=None)
-    parser.add_argument("--stage", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--database", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.sizes, args.repeat, args.seconds = "1000,5000", 5, 10
         args.entities, args.history, args.diff_entities = 3, 30, 500
-    if args.stage is not None:
-        Path(args.out).write_text(json.dumps(stage(args.stage, args, args.database)))
+    if args.serve is not None:
+        child(args)
         return
     bench_env()
     setup(settings="bench.settings", database=database(args.smoke))  # for the header
-    results, skipped = run_sizes(args)
+    sizes, skipped = plan_sizes(args)
+    results = measure(args, sizes)
     command = "bench/keys_blame_diff.py" + (" --smoke" if args.smoke else f" --sizes {args.sizes}")
     text = header(f".venv/bin/python {command}") + "\n\n" + report(results, skipped, args)
     write_section(TITLE, text)
     write_json(args.json, {"sizes": results, "skipped": skipped})
 
 
-def run_sizes(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
-    """Each size in a child process (Django binds one database per process); a size
-    whose population would not fit what is left of ``--budget`` is skipped."""
-    started = time.monotonic()
-    results: list[dict[str, Any]] = []
+def plan_sizes(args: argparse.Namespace) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(revisions, database) of the sizes to measure; the others with why not: with
+    ``--reuse-only`` a database not populated yet, else one whose population would not
+    fit what is left of ``--budget``."""
+    sizes: list[tuple[int, str]] = []
     skipped: list[tuple[int, str]] = []
-    rate = POPULATE_RATE
+    left = args.budget
     for total in [int(s) for s in args.sizes.split(",")]:
         name = f"{database(args.smoke)}_hist_{hp.label(total)}"
         ready = hp.already_populated(name, ())
         if args.reuse_only and not ready:
             skipped.append((total, f"{name} is not populated (the history part skipped it)"))
             continue
-        left = args.budget - (time.monotonic() - started)
-        estimate = (0.0 if ready else rate * total * 1.2) + 120
+        estimate = 0.0 if ready else POPULATE_RATE * total * 1.2
         if estimate > left:
             why = f"populating it was estimated at {estimate:.0f} s, {left:.0f} s were left"
             skipped.append((total, why))
             continue
-        print(
-            f"keys: {total:,} revisions in {name} ({'reused' if ready else 'new'}) ...", flush=True
-        )
-        out = Path(f"/tmp/atlas-bench-keys-{total}-{time.time_ns()}.json")
-        cmd = [
-            sys.executable,
-            __file__,
-            "--stage",
-            str(total),
-            "--database",
-            name,
-            "--out",
-            str(out),
-        ]
-        cmd += ["--repeat", str(args.repeat), "--seconds", str(args.seconds)]
-        cmd += ["--entities", str(args.entities), "--history", str(args.history)]
-        cmd += ["--diff-entities", str(args.diff_entities)]
-        subprocess.run(cmd, check=True, timeout=max(300.0, left + 300))
-        results.append(json.loads(out.read_text()))
-        out.unlink()
-        if results[-1]["populate_s"]:
-            rate = results[-1]["populate_s"] / total
-    return results, skipped
+        left -= estimate
+        sizes.append((total, name))
+    return sizes, skipped
+
+
+def measure(args: argparse.Namespace, sizes: list[tuple[int, str]]) -> list[dict[str, Any]]:
+    """Every request at every size, interleaved (one child per size, driven in lockstep)."""
+    servers: list[SizeServer] = []
+    try:
+        for total, name in sizes:  # one at a time: a population runs alone
+            print(f"keys: {total:,} revisions in {name} ...", flush=True)
+            argv = [sys.executable, __file__, "--serve", str(total), "--database", name]
+            argv += ["--entities", str(args.entities), "--history", str(args.history)]
+            argv += ["--diff-entities", str(args.diff_entities)]
+            servers.append(SizeServer(str(total), argv))
+        keys = list(servers[0].urls)
+        timed = in_process(servers, keys, args.repeat, seconds=args.seconds)
+    finally:
+        for server in servers:
+            server.close()
+    out = []
+    for server in servers:
+        results = {}
+        for key, record in timed[server.size].items():
+            results[key[1]] = {**record, "p95": pct(record["samples"], 95)}
+            print(
+                f"  {server.size:>9} {key[1]:52} p50 {record['p50']:8.2f} ms"
+                f"  SQL {record['sql_ms']:7.2f} ms  {record['queries']:3} statements"
+                f"  {record['rows']:6} rows",
+                flush=True,
+            )
+        out.append({**server.facts, "results": results})
+    return out
 
 
 if __name__ == "__main__":
