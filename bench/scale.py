@@ -77,6 +77,7 @@ def users() -> dict[str, Any]:
                 "view_journalentry",
                 "view_entity",
                 "view_branch",
+                "view_erasure",
             ]
         )
     )
@@ -166,6 +167,13 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
         ("api entity history busy", f"{API}/entities/{ns}/item/obj-0/history"),
         ("api revisions namespace=mid", f"{API}/revisions?namespace={mid}"),
         ("api changes feed", f"{API}/changes?limit=100"),
+        ("api entities deleted=true", f"{API}/entities?namespace={mid}&deleted=true"),
+        ("api revisions namespace=mid key=/price", f"{API}/revisions?namespace={mid}&key=/price"),
+        (
+            "api entity history busy key=/price",
+            f"{API}/entities/{ns}/item/obj-0/history?key=/price",
+        ),
+        ("api entity blame busy", f"{API}/entities/{ns}/item/obj-0/blame"),
         ("admin changelist", cl),
         ("admin changelist far page", far),
         ("admin changelist author=busy", f"{cl}?author={pop.BUSY_AUTHOR}"),
@@ -189,6 +197,9 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
         ("admin revision search slug", f"{ADMIN}/revision/?q={f['busy_slug']}"),
         ("admin entity history busy", f"{ADMIN}/revision/entity/{ns}/item/obj-0/"),
         ("admin journal", f"{ADMIN}/journalentry/"),
+        ("admin deleted (trash) index", f"{ADMIN}/revision/deleted/"),
+        ("admin deleted (trash) namespace=mid", f"{ADMIN}/revision/deleted/{mid}/"),
+        ("admin erasures", f"{ADMIN}/erasure/"),
         ("admin entities", "/admin/entities/entity/"),
         ("admin entities search slug", "/admin/entities/entity/?q=obj-0"),
         ("admin branches", "/admin/branches/branch/"),
@@ -293,7 +304,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100k,1m,10m", help="comma-separated, interleaved")
     parser.add_argument("--size", choices=SIZES, help="one size (same as --sizes SIZE)")
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--label", default="warm")
     parser.add_argument("--only", help="time only pages whose label contains this")
     parser.add_argument("--populate-only", action="store_true")
