@@ -97,6 +97,21 @@ class RenderTimer:
 RENDER = RenderTimer()
 
 
+_PROTOCOL: list[TextIO] = []
+
+
+def claim_stdout() -> TextIO:
+    """The protocol stream: this process's original stdout, from now on written only by
+    :func:`serve`; whatever else prints (a population's progress, Django, PostgreSQL
+    notices) goes to stderr. A size server calls it first thing, before it populates."""
+    if not _PROTOCOL:
+        _PROTOCOL.append(os.fdopen(os.dup(1), "w"))
+        sys.stdout.flush()
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+    return _PROTOCOL[0]
+
+
 def serve(
     urls: dict[Key, str],
     get: Callable[[str, str], Any],
@@ -111,9 +126,7 @@ def serve(
     (Django, PostgreSQL notices) goes to stderr instead.
     """
     RENDER.install()
-    proto: TextIO = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    proto = claim_stdout()
     send = lambda message: (proto.write(json.dumps(message) + "\n"), proto.flush())  # noqa: E731
     send(hello)
     for line in sys.stdin:

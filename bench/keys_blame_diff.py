@@ -44,7 +44,7 @@ import history_pages as hp
 from _common import bench_env, database, header, pct, write_json
 from _keys_report import TITLE, report
 from _keys_timing import USER, Fetched, client, fetch
-from _scale_measure import SizeServer, in_process, serve
+from _scale_measure import SizeServer, claim_stdout, in_process, serve
 from _setup import database_url, setup, write_section
 
 NS = hp.NS
@@ -217,6 +217,7 @@ def child(args: argparse.Namespace) -> None:
     """``--serve N``: bound to this size's database, populate and write the fixtures if
     missing, then serve the requests to the parent (bench/_scale_measure.py's protocol),
     each call of a request on the next blame entity."""
+    claim_stdout()  # the protocol's; populating prints
     bench_env()
     setup(settings="bench.settings", database=args.database)
     from django.db import connection

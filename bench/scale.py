@@ -38,7 +38,7 @@ from typing import Any
 
 import scale_populate as pop
 from _common import bench_env, plots_dir
-from _scale_measure import SizeServer, in_process, over_http, serve
+from _scale_measure import SizeServer, claim_stdout, in_process, over_http, serve
 from _scale_report import SIZES, report
 from _setup import ROOT, database_url, setup
 
@@ -209,6 +209,7 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
 def child(args: argparse.Namespace) -> None:
     """``--serve <size>``: populate if needed, then serve this size's pages in-process to
     the parent (bench/_scale_measure.py), on the protocol stream."""
+    claim_stdout()  # the protocol's; populating prints
     from django.conf import settings
     from django.test import Client
 
