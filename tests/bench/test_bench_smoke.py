@@ -67,7 +67,10 @@ def test_suite_runs_atlas_plain_and_raw(smoke_run):
     ):
         assert section in doc, section
     keys = doc.split("## Key-level history, blame and diff")[1].split("\n## ")[0]
-    for row in ("| blame (30 revisions, 12 leaves) |", "| /diff empty→A, all pages (500 creates) |"):
+    for row in (
+        "| blame (30 revisions, 12 leaves) |",
+        "| /diff empty→A, all pages (500 creates) |",
+    ):
         assert row in keys, row
     for row in ("| Atlas service |", "| plain get()+save() |", "| raw psycopg prepared UPDATE |"):
         assert row in doc, row
