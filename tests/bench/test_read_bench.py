@@ -34,10 +34,9 @@ def bench_module(name: str) -> ModuleType:
 @pytest.mark.django_db
 def test_sql_timer_keeps_each_statement_with_its_parameters_and_time():
     sqltime = bench_module("_sqltime")
-    with sqltime.sql_timer() as timer:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_sleep(0.02), %s::int", [7])
-            cursor.execute("SELECT 1")
+    with sqltime.sql_timer() as timer, connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(0.02), %s::int", [7])
+        cursor.execute("SELECT 1")
     assert [s.params for s in timer.statements] == [[7], None]
     assert timer.statements[0].ms >= 20  # a millisecond-rounded log could not say 0.3 ms
     assert 0 < timer.statements[1].ms < timer.statements[0].ms
@@ -48,9 +47,8 @@ def test_sql_timer_keeps_each_statement_with_its_parameters_and_time():
 @pytest.mark.django_db
 def test_explain_reruns_the_statement_with_its_parameters_and_never_a_write():
     sqltime = bench_module("_sqltime")
-    with sqltime.sql_timer() as timer:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT relname FROM pg_class WHERE relname = %s", ["pg_class"])
+    with sqltime.sql_timer() as timer, connection.cursor() as cursor:
+        cursor.execute("SELECT relname FROM pg_class WHERE relname = %s", ["pg_class"])
     plan = sqltime.explain(timer.statements[0])
     assert "Buffers:" in plan and "pg_class" in plan and "actual time" in plan
     write = sqltime.Statement("UPDATE auth_user SET username = 'x'", None, 1.0)
@@ -143,3 +141,41 @@ def test_slowest_plan_picks_the_statement_slow_by_its_plan_not_by_one_sample():
     assert statement is slow
     assert sqltime.execution_ms(plan) >= 30
     assert sqltime.slowest_plan([write]) == (None, "")
+
+
+@pytest.mark.slow
+def test_scale_bench_times_two_sizes_interleaved_in_process_and_over_gunicorn(tmp_path):
+    """bench/scale.py end to end at two tiny sizes, a few pages: a server per size,
+    gunicorn per size, the saved records and the report's table."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update(
+        ATLAS_BENCH_DB="atlas_bench_check",
+        ATLAS_BENCH_PLOTS=str(tmp_path),
+        ATLAS_BENCH_DOC=str(tmp_path / "benchmarks.md"),
+    )
+    script = [sys.executable, str(ROOT / "bench" / "scale.py")]
+    run = script + ["--sizes", "2k,10k", "--only", "author=tiny", "--runs", "2"]
+    proc = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for size, total in (("2k", 2_000), ("10k", 10_000)):
+        data = json.loads((tmp_path / f"scale-{size}-warm.json").read_text())
+        assert data["size"] == total and data["interleaved_with"] == [2_000, 10_000]
+        pages = {(r["user"], r["page"]): r for r in data["results"]}
+        assert set(pages) == {
+            (user, page)
+            for user in ("superuser", "scoped")
+            for page in ("api changesets author=tiny", "admin changelist author=tiny")
+        }
+        for r in pages.values():
+            assert r["status"] == 200 and r["http_status"] == 200
+            assert len(r["samples"]) == len(r["http_samples"]) == 2
+            assert r["sql_ms"] > 0 and r["queries"] > 0 and "Buffers:" in r["plan"]
+        api = pages[("superuser", "api changesets author=tiny")]
+        assert api["render_ms"] > 0 and api["rows"] is not None
+    report = subprocess.run(script + ["--report"], cwd=ROOT, env=env, timeout=120, check=False)
+    assert report.returncode == 0
+    doc = (tmp_path / "benchmarks.md").read_text()
+    assert "### warm" in doc and "| admin changelist author=tiny | scoped |" in doc
