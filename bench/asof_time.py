@@ -45,21 +45,22 @@ from _sqltime import sql_timer
 BUSY, RARE, OTHER = "bench.t.busy", "bench.t.rare", "bench.t.other"
 START = datetime(2024, 1, 1, tzinfo=UTC)
 NOTE = (
-    "Reading it: the plans are the evidence (EXPLAIN (ANALYZE, BUFFERS), warm: the last of"
-    " three runs). For a superuser the resolution is two seeks (`changeset_at_seq` backward"
-    " from the time, then the seq index), 8 buffers at any depth and log size. For a scoped"
-    " reader, the window arm reads the 200 baseline changesets nearest the time (about 16"
-    " buffers) and stops there when one of them is readable; a reader none of whose"
-    " namespaces is in that window (here the rare-only reader: `bench.t.rare` is one"
-    " changeset in 2,000) takes the GIN arm, a bitmap of every changeset of her namespaces"
-    " below the time: its buffers grow with what those namespaces hold (about 500 at a"
-    " million, ten times that at ten million), the known limit of a GIN index, which cannot"
-    " return rows newest first. The old query walked the seq index back from the newest row,"
-    " in proportion to the depth. Index sizes: `(branch, seq)` ascending is 32 B/row against"
-    " 56 descending; `(author_name, seq)` stays at 71 B/row either way, because with 30"
-    " interleaved authors each insert lands at the end of its author's run, not on the"
-    " rightmost page, and such splits are 50/50 whatever the direction."
+    "Reading it: the plans are the evidence (EXPLAIN (ANALYZE, BUFFERS), warm: the last of "
+    "three runs). For a superuser the resolution is two seeks (`changeset_at_seq` backward "
+    "from the time, then the seq index), 8 buffers at any depth (a B-tree descent each). "
+    "For a scoped reader, the window arm reads the 200 baseline changesets nearest the "
+    "time (about 16 buffers) and stops there when one of them is readable; a reader none of whose "
+    "namespaces is in that window (here the rare-only reader: `bench.t.rare` is one "
+    "changeset in 2,000) takes the GIN arm, a bitmap of every changeset of her namespaces "
+    "below the time: its buffers grow with what those namespaces hold (about 500 at a "
+    "million, where the namespace holds 500 changesets), the known limit of a GIN index, "
+    "which cannot return rows newest first. The old query walked the seq index back from "
+    "the newest row, in proportion to the depth. Index sizes: `(branch, seq)` ascending is "
+    "32 B/row against 56 descending; `(author_name, seq)` stays at 71 B/row either way, "
+    "because with 30 interleaved authors each insert lands at the end of its author's run, "
+    "not on the rightmost page, and such splits are 50/50 whatever the direction."
 )
+
 OLD_INDEXES = {
     "bench_old_branch_seq_desc": "(branch, seq DESC)",
     "bench_old_author_seq_desc": "(author_name, seq DESC)",
