@@ -23,6 +23,9 @@ from _setup import ROOT, write_section
 SIZES = {"2k": 2_000, "10k": 10_000, "100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
 TARGET_MS = 100.0
 FLAT = 1.3
+# Blocks read from outside shared buffers that can explain a millisecond or so (from the
+# OS page cache a block costs microseconds): fewer are not named as a reason.
+READS_WORTH_NAMING = 50
 TITLE = "Every page at 100k, 1M (and 10M) changesets (issue 18)"
 Runs = dict[str, dict[int, dict[str, Any]]]
 
@@ -120,9 +123,9 @@ def why(vals: list[dict[str, Any] | None]) -> str:
         reasons.append(f"shows {first['rows']} → {last['rows']} rows")
     if last["sql_ms"] - first["sql_ms"] > 1 and last["sql_ms"] > FLAT * first["sql_ms"]:
         reasons.append(f"SQL {first['sql_ms']:.1f} → {last['sql_ms']:.1f} ms")
-    if last.get("buffers_read", 0) > 0:
+    if last.get("buffers_read", 0) >= READS_WORTH_NAMING:
         reasons.append(f"reads {last['buffers_read']:.0f} blocks outside shared buffers")
-    return "; ".join(reasons) or "same rows, SQL flat, no reads: noise"
+    return "; ".join(reasons) or "same rows, SQL flat, few blocks read: noise"
 
 
 def warm_table(cells: dict, sizes: list[int]) -> list[str]:

@@ -91,7 +91,9 @@ def test_why_names_what_grew_and_calls_the_rest_noise():
     assert report.why([row(10, 1, 50), row(30, 9, 50)]) == "SQL 1.0 → 9.0 ms"
     reads = report.why([row(10, 1, 50), row(30, 1.5, 50, read=120)])
     assert reads == "reads 120 blocks outside shared buffers"
-    assert report.why([row(10, 1, 50), row(30, 1.4, 50)]) == "same rows, SQL flat, no reads: noise"
+    quiet = "same rows, SQL flat, few blocks read: noise"
+    assert report.why([row(10, 1, 50), row(30, 1.4, 50)]) == quiet
+    assert report.why([row(10, 1, 50), row(30, 1.4, 50, read=3)]) == quiet  # 3 blocks: µs
 
 
 def test_warm_table_counts_the_rows_over_the_bound_and_their_reasons():
