@@ -123,21 +123,12 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
     namespace she reads. ``offset``: the URLs of the code before issue 18
     (``?p=`` pages, the date hierarchy) for the pages whose URL changed.
     """
+    return api_pages(f, user) + admin_pages(f, user, offset)
+
+
+def api_pages(f: dict[str, Any], user: str) -> list[tuple[str, str]]:
     mid, rare = pop.MID_NS, pop.RARE_NS
     ns = pop.BUSY_NS if user == "superuser" else mid
-    cl = f"{ADMIN}/changeset/"
-    old = f["old_day"].split("-")
-    far = f"{cl}?p=2000" if offset else f"{cl}?before={f['page2000_seq']}"
-    until = (
-        f"{cl}?at__year={int(old[0])}&at__month={int(old[1])}&at__day={int(old[2])}"
-        if offset
-        else f"{cl}?until={f['old_day']}"
-    )
-    page2 = (
-        f"{cl}?q={f['busy_slug']}&p=2"
-        if offset
-        else f"{cl}?q={f['busy_slug']}&before={f['busy_seq']}"
-    )
     return [
         ("api changesets", f"{API}/changesets"),
         ("api changesets namespace=mid", f"{API}/changesets?namespace={mid}"),
@@ -174,6 +165,26 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
             f"{API}/entities/{ns}/item/obj-0/history?key=/price",
         ),
         ("api entity blame busy", f"{API}/entities/{ns}/item/obj-0/blame"),
+    ]
+
+
+def admin_pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
+    mid = pop.MID_NS
+    ns = pop.BUSY_NS if user == "superuser" else mid
+    cl = f"{ADMIN}/changeset/"
+    old = f["old_day"].split("-")
+    far = f"{cl}?p=2000" if offset else f"{cl}?before={f['page2000_seq']}"
+    until = (
+        f"{cl}?at__year={int(old[0])}&at__month={int(old[1])}&at__day={int(old[2])}"
+        if offset
+        else f"{cl}?until={f['old_day']}"
+    )
+    page2 = (
+        f"{cl}?q={f['busy_slug']}&p=2"
+        if offset
+        else f"{cl}?q={f['busy_slug']}&before={f['busy_seq']}"
+    )
+    return [
         ("admin changelist", cl),
         ("admin changelist far page", far),
         ("admin changelist author=busy", f"{cl}?author={pop.BUSY_AUTHOR}"),
