@@ -273,9 +273,11 @@ def in_process(
     return out
 
 
-def over_http(servers: list[SizeServer], keys: list[Key], runs: int) -> dict[str, dict[Key, dict]]:
+def over_http(
+    servers: list[SizeServer], keys: list[Key], runs: int, *, seconds: float | None = None
+) -> dict[str, dict[Key, dict]]:
     """The same pages over one gunicorn per size (``make run``'s command line), interleaved
-    as in-process; no Celery worker (a read enqueues nothing)."""
+    as in-process (``seconds`` as there); no Celery worker (a read enqueues nothing)."""
     from contextlib import ExitStack
 
     from _stack import Broker, Stack
@@ -292,11 +294,15 @@ def over_http(servers: list[SizeServer], keys: list[Key], runs: int) -> dict[str
             )
             ports[s.size] = stack.enter_context(web).port
         print(f"gunicorn per size: {web.shown('web')}", flush=True)
-        return _interleave_http(servers, keys, runs, ports)
+        return _interleave_http(servers, keys, runs, ports, seconds)
 
 
 def _interleave_http(
-    servers: list[SizeServer], keys: list[Key], runs: int, ports: dict[str, int]
+    servers: list[SizeServer],
+    keys: list[Key],
+    runs: int,
+    ports: dict[str, int],
+    seconds: float | None,
 ) -> dict[str, dict[Key, dict]]:
     def get(s: SizeServer, key: Key) -> tuple[int, float]:
         url = s.urls[key]
@@ -318,12 +324,16 @@ def _interleave_http(
                 first[s.size].setdefault(key, get(s, key)[1])
     samples: dict[str, dict[Key, list[float]]] = {s.size: {k: [] for k in keys} for s in servers}
     status: dict[str, dict[Key, int]] = {s.size: {} for s in servers}
+    spent = dict.fromkeys(keys, 0.0)
     for r in range(runs):
         for key in keys:
+            if seconds is not None and r >= 3 and spent[key] > seconds * 1000:
+                continue
             for s in rotated(servers, r):
                 code, took = get(s, key)
                 samples[s.size][key].append(took)
                 status[s.size][key] = code
+                spent[key] += took
     return {
         s.size: {
             key: {

@@ -258,9 +258,9 @@ def measure(args: argparse.Namespace, sizes: list[str]) -> None:
             argv = [sys.executable, __file__, "--serve", size]
             servers.append(SizeServer(size, argv + (["--offset-urls"] if args.offset_urls else [])))
         keys = [k for k in servers[0].urls if not args.only or args.only in k[1]]
-        results = in_process(servers, keys, args.runs)
+        results = in_process(servers, keys, args.runs, seconds=args.seconds)
         if not args.no_http:
-            for size, timings in over_http(servers, keys, args.runs).items():
+            for size, timings in over_http(servers, keys, args.runs, seconds=args.seconds).items():
                 for key, timing in timings.items():
                     results[size][key].update(timing)
     finally:
@@ -318,6 +318,12 @@ def main() -> None:
     parser.add_argument("--size", choices=SIZES, help="one size (same as --sizes SIZE)")
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--label", default="warm")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=60,
+        help="a page whose rounds (all sizes) took this long stops at three rounds",
+    )
     parser.add_argument("--only", help="time only pages whose label contains this")
     parser.add_argument("--populate-only", action="store_true")
     parser.add_argument(
