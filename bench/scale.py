@@ -1,6 +1,6 @@
 """Every page at 100k, 1M (and 10M) changesets (issue 18): API lists and admin pages.
 
-    .venv/bin/python bench/scale.py --size 100k|1m|10m [--runs 7] [--label warm] [--no-http]
+    .venv/bin/python bench/scale.py --sizes 100k,1m,10m [--runs 11] [--label warm] [--no-http]
     .venv/bin/python bench/scale.py --report      # the docs section and plot from saved runs
 
 Each size has its own database on the benchmark server (``atlas_scale_<size>``, or
@@ -9,18 +9,18 @@ Each size has its own database on the benchmark server (``atlas_scale_<size>``, 
 the write service) and reused by later runs (a populated database is never
 populated again). Then every API list filter and every admin page is requested
 as a superuser (``root``) and as a staff user who reads two namespaces
-(``rita``: a 3% one and a 0.02% one): after a warm pass over every page,
-``--runs`` interleaved rounds through Django's test client in this process
-(the whole middleware, auth, view and template stack, no socket), then the
-same over a live gunicorn as ``make run`` serves it (2 sync workers,
-atlas.settings), from a client in this process. bench/_scale_measure.py says
-what "warm" means and how a request's time is split (SQL at the client, the
-rest Python; blocks read from outside shared buffers). Each page's slowest
+(``rita``: a 3% one and a 0.02% one), every size in turn: each size is served
+in-process by a child of its own (``--serve``; Django's test client, the whole
+middleware, auth, view and template stack, no socket), then over a live
+gunicorn per size as ``make run`` serves it (2 sync workers, atlas.settings).
+bench/_scale_measure.py says how the sizes are interleaved, what "warm" means
+and how a request's time is split (SQL at the client, rendering, the rest of
+Python; blocks read from outside shared buffers). Each page's slowest
 statement is re-run under ``EXPLAIN (ANALYZE, BUFFERS)`` with its parameters
 and saved with the timings in ``docs/benchmarks/scale-<size>-<label>.json``;
-``--report`` writes the section of ``docs/benchmarks.md``,
-``docs/benchmarks/scale.png`` and ``docs/benchmarks/scale-plans.md`` from
-those files.
+then (and alone with ``--report``) the section of ``docs/benchmarks.md``,
+``docs/benchmarks/scale.png`` and ``docs/benchmarks/scale-plans.md`` are
+written from every saved file.
 
 The machine is shared (2 cores, several engineers): the milliseconds are
 indicative, the plans and buffer counts are the evidence.
@@ -288,6 +288,8 @@ def measure(args: argparse.Namespace, sizes: list[str]) -> None:
         }
         out.write_text(json.dumps(data, indent=1))
         print(f"saved {out}")
+    if not args.no_report:
+        report()  # the section, plot and plans from every saved run
 
 
 def populate(size: str, name: str) -> None:
@@ -330,7 +332,8 @@ def main() -> None:
         "--offset-urls", action="store_true", help="the pre-issue-18 URLs (?p=, date hierarchy)"
     )
     parser.add_argument("--no-http", action="store_true", help="in-process only")
-    parser.add_argument("--report", action="store_true")
+    parser.add_argument("--report", action="store_true", help="only write the report")
+    parser.add_argument("--no-report", action="store_true", help="measure, save, no report")
     parser.add_argument("--serve", choices=SIZES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     bench_env()
