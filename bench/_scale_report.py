@@ -159,7 +159,8 @@ def warm_table(cells: dict, sizes: list[int]) -> list[str]:
             f" | {_cell(vals[-1], 'buffers_read', '{:.0f}')} | {reason} |"
         )
     rows, over = len(cells), grown
-    summary = ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
+    named = {"shows": "more rows shown", "SQL": "SQL grew", "reads": "blocks read", "same": "noise"}
+    summary = ", ".join(f"{n} {named.get(what, what)}" for what, n in sorted(tally.items()))
     return [
         f"{over} of {rows} page × user rows grew more than {FLAT}× in-process or over HTTP"
         f" from {sizes[0]:,} to {sizes[-1]:,}"

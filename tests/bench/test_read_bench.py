@@ -113,7 +113,7 @@ def test_warm_table_counts_the_rows_over_the_bound_and_their_reasons():
     }
     lines = report.warm_table(cells, sizes)
     assert lines[0].startswith("2 of 3 page × user rows grew more than 1.3×")
-    assert "1 shows" in lines[0] and "1 same" in lines[0]
+    assert "1 more rows shown" in lines[0] and "1 noise" in lines[0]
     fuller = next(line for line in lines if line.startswith("| fuller page |"))
     assert "**2.50**" in fuller and "6 / 50" in fuller and fuller.endswith("shows 6 → 50 rows |")
 
