@@ -120,10 +120,20 @@ class Stack:
     """gunicorn + the Celery worker, from ``atlas.devrun.commands``; a context manager
     that always stops both process groups and deletes the broker queue."""
 
-    def __init__(self, broker: Broker, *, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        extra_env: dict[str, str] | None = None,
+        settings: str = "bench.settings",
+        worker: bool = True,
+    ) -> None:
+        """``settings``: the web tier's and the worker's settings module; ``worker=False``
+        starts gunicorn alone (a read benchmark, which enqueues nothing)."""
         from atlas.devrun import commands
 
         self.broker = broker
+        self.with_worker = worker
         self.dir = Path(tempfile.mkdtemp(prefix="atlas-bench-http-"))
         self.port = free_port()
         saved = os.environ.get("ATLAS_STATE_DIR")
@@ -137,7 +147,7 @@ class Stack:
                 os.environ["ATLAS_STATE_DIR"] = saved
         self.env = {
             **os.environ,
-            "DJANGO_SETTINGS_MODULE": "bench.settings",
+            "DJANGO_SETTINGS_MODULE": settings,
             "CELERY_BROKER_URL": broker.url,
             "CELERY_TASK_DEFAULT_QUEUE": broker.queue,
             "ATLAS_ALLOW_PRIVATE_WEBHOOKS": "1",
@@ -153,9 +163,11 @@ class Stack:
         print(f"web and worker logs: {self.dir}", flush=True)
         try:
             self.web = spawn(self.commands["web"], self.env, self.web_log)
-            self.worker = spawn(self.commands["worker"], self.env, self.worker_log)
+            if self.with_worker:
+                self.worker = spawn(self.commands["worker"], self.env, self.worker_log)
             self._wait_web()
-            self._wait_worker()
+            if self.with_worker:
+                self._wait_worker()
         except BaseException:
             self.close()
             raise

@@ -12,6 +12,8 @@ this order, each with a time limit:
     legacy   bench/asof.py, bench/batch_write.py (refresh their own sections)
     history  bench/history_pages.py     3 history page at 10k / 1M / 10M revisions, Atlas
                                         and the peers (bench/history_vs_peers.py)
+    keys     bench/keys_blame_diff.py   3b blame, key-filtered history, /revisions by key
+                                        and /diff, on the history part's databases
 
 then writes the summary section (targets met or missed, by how much) and
 leaves every part's own section and plot in docs/benchmarks.md and
@@ -53,6 +55,7 @@ SECTIONS = [
     "Against the peers 6. HTTP throughput (gunicorn)",
     "Against the peers 7. Storage per revision",
     "Against the peers: profile of Atlas's single-entity write",
+    "Key-level history, blame and diff vs total revisions (issue 16)",
 ]
 # name, script, full-run args, smoke args, time limit (s) for the full run
 PARTS = [
@@ -77,6 +80,8 @@ PARTS = [
         240,
     ),
     ("history", "history_pages.py", [], ["--smoke"], 1200),
+    # After history: the same databases (and only those history populated: --reuse-only).
+    ("keys", "keys_blame_diff.py", ["--reuse-only"], ["--smoke"], 1800),
 ]
 
 
@@ -148,6 +153,8 @@ def main() -> int:
             left = args.budget_minutes * 60 - (time.monotonic() - started) - 30
             argv += ["--sizes", args.history_sizes, "--budget", f"{max(left, 60):.0f}"]
             limit = max(left, 60) + 300
+        if name == "keys" and not args.smoke:
+            argv += ["--sizes", args.history_sizes]
         out = scratch / f"{name}.json"
         if not name.startswith("legacy"):
             argv += ["--json", str(out)]
@@ -301,6 +308,7 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
         )
         for total_, why in results["history"].get("skipped", []):
             rows.append([f"3 history page at {total_:,} revisions", "", "not measured", why, ""])
+    rows += keys_rows(results.get("keys", {}))
     asof = results.get("asof", {}).get("rows", {})
     if asof.get("Atlas"):
         atlas = asof["Atlas"]
@@ -381,6 +389,43 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
     if shown:
         lines += ["", *[s + "\n" for s in shown]]
     return "\n".join(lines)
+
+
+def keys_rows(keys: dict) -> list[list[str]]:
+    """Part 3b: the worst blame / key-filtered ratio, and the 10,000-entity diff."""
+    sizes = keys.get("sizes", [])
+    if len(sizes) < 2:
+        return []
+    first, last = sizes[0]["results"], sizes[-1]["results"]
+    targeted = [k for k in first if k.startswith(("blame", "history ?key", "revisions ?key"))]
+    worst = max(targeted, key=lambda k: last[k]["p50"] / first[k]["p50"])
+    ratio = last[worst]["p50"] / first[worst]["p50"]
+    span = f"{sizes[-1]['total']:,} vs {sizes[0]['total']:,} revisions"
+    out = [
+        [
+            f"3b blame and key-filtered history at {span}, worst of {len(targeted)} requests",
+            "≤ 1.3×",
+            f"{fmt_ratio(ratio)}: {worst} ({last[worst]['p50']:.2f} vs"
+            f" {first[worst]['p50']:.2f} ms)",
+            verdict(ratio <= 1.3, ratio, 1.3),
+            "no peer has blame or key history",
+        ]
+    ]
+    walks = [k for k in last if k.startswith("/diff") and "all pages" in k]
+    for k in walks:
+        out.append(
+            [
+                f"3b {k} at {sizes[-1]['total']:,} revisions",
+                "–",
+                f"p50 {last[k]['p50']:.0f} ms ({last[k]['pages']} pages, {last[k]['rows']:,}"
+                f" entries; {first[k]['p50']:.0f} ms at {sizes[0]['total']:,})",
+                "",
+                "",
+            ]
+        )
+    for total_, why in keys.get("skipped", []):
+        out.append([f"3b key-level reads at {total_:,} revisions", "", "not measured", why, ""])
+    return out
 
 
 def http_rows(http: dict) -> list[list[str]]:

@@ -1,45 +1,56 @@
 """Every page at 100k, 1M (and 10M) changesets (issue 18): API lists and admin pages.
 
-    .venv/bin/python bench/scale.py --size 100k [--runs 5] [--label after]
+    .venv/bin/python bench/scale.py --sizes 100k,1m,10m [--runs 11] [--label warm] [--no-http]
     .venv/bin/python bench/scale.py --report      # the docs section and plot from saved runs
 
-Each size has its own database on the benchmark server (``atlas_scale_100k``,
-``atlas_scale_1m``, ``atlas_scale_10m``), populated once by server-side SQL
+Each size has its own database on the benchmark server (``atlas_scale_<size>``, or
+``<ATLAS_BENCH_DB>_scale_<size>``), populated once by server-side SQL
 (``bench/scale_populate.py`` says what the log looks like and why it bypasses
-the write service) and reused by later runs. Then every API list filter and
-every admin page is requested as a superuser (``root``) and as a staff user who
-reads two namespaces (``rita``: a 3% one and a 0.02% one), ``--runs`` times
-after one warm-up; the p50 is kept. Requests go through Django's test client
-in this process (the whole middleware, auth, view and template stack, no
-socket): the pages are single requests, and a client in-process measures
-what the server does for one, not the network. Each page's slowest statement
-is re-run under ``EXPLAIN (ANALYZE, BUFFERS)`` and saved with the timings in
-``docs/benchmarks/scale-<size>-<label>.json``; ``--report`` writes the section
-of ``docs/benchmarks.md`` and ``docs/benchmarks/scale.png`` from those files.
+the write service) and reused by later runs (a populated database is never
+populated again). Then every API list filter and every admin page is requested
+as a superuser (``root``) and as a staff user who reads two namespaces
+(``rita``: a 3% one and a 0.02% one), every size in turn: each size is served
+in-process by a child of its own (``--serve``; Django's test client, the whole
+middleware, auth, view and template stack, no socket), then over a live
+gunicorn per size as ``make run`` serves it (2 sync workers, atlas.settings).
+bench/_scale_measure.py says how the sizes are interleaved, what "warm" means
+and how a request's time is split (SQL at the client, rendering, the rest of
+Python; blocks read from outside shared buffers). Each page's slowest
+statement is re-run under ``EXPLAIN (ANALYZE, BUFFERS)`` with its parameters
+and saved with the timings in ``docs/benchmarks/scale-<size>-<label>.json``;
+then (and alone with ``--report``) the section of ``docs/benchmarks.md``,
+``docs/benchmarks/scale.png`` and ``docs/benchmarks/scale-plans.md`` are
+written from every saved file.
 
 The machine is shared (2 cores, several engineers): the milliseconds are
-indicative, the plans are the evidence.
+indicative, the plans and buffer counts are the evidence.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import scale_populate as pop
 from _common import bench_env, plots_dir
-from _setup import ROOT, database_url, setup, write_section
+from _scale_measure import SizeServer, claim_stdout, in_process, over_http, serve
+from _scale_report import SIZES, report
+from _setup import ROOT, database_url, setup
 
-SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
-TARGET_MS = 100.0
-TITLE = "Every page at 100k, 1M (and 10M) changesets (issue 18)"
 ADMIN = "/admin/changesets"
 API = "/api/v1"
+
+
+def scale_database(size: str) -> str:
+    """``atlas_scale_<size>``, or ``<ATLAS_BENCH_DB>_scale_<size>`` when a run names its
+    own base (two checkouts on one server must not share a population)."""
+    base = os.environ.get("ATLAS_BENCH_DB")
+    return f"{base}_scale_{size}" if base else f"atlas_scale_{size}"
 
 
 def users() -> dict[str, Any]:
@@ -66,6 +77,7 @@ def users() -> dict[str, Any]:
                 "view_journalentry",
                 "view_entity",
                 "view_branch",
+                "view_erasure",
             ]
         )
     )
@@ -76,29 +88,31 @@ def users() -> dict[str, Any]:
 
 
 def facts() -> dict[str, Any]:
-    """Values the page list needs: an old time and seq, a changeset id, a busy key."""
-    from changesets.models import Changeset, Revision
+    """Values the page list needs: an old time and seq, a changeset id, a busy key.
 
-    newest = Changeset.objects.order_by("-seq").first()
-    assert newest is not None
-    total = newest.seq
-    old = Changeset.objects.get(seq=max(total // 50, 1))  # 98% back
-    busy = (
-        Revision.objects.filter(branch="", namespace=pop.BUSY_NS, slug="obj-0")
-        .order_by("-seq")
-        .first()
-    )
-    mid = Changeset.objects.filter(namespaces__contains=[pop.MID_NS]).order_by("-seq").first()
+    Read through the selectors (not the log's columns), so the benchmark keeps
+    working whatever the tables' physical layout.
+    """
+    from changesets.selectors.log import changeset_list, entity_history, log_head
+    from entities.store import EntityKey
+
+    head = log_head()
+    assert head is not None and head.seq
+    total = head.seq
+    newest = changeset_list(namespaces=None, limit=1)[0]
+    old = changeset_list(namespaces=None, before_seq=max(total // 50, 1) + 1, limit=1)[0]
+    busy = entity_history(key=EntityKey(pop.BUSY_NS, "item", "obj-0"), limit=1)
+    mid = changeset_list(namespaces=None, namespace=pop.MID_NS, limit=1)
     return {
         "total": total,
         "old_seq": old.seq,
         "old_at": old.at.isoformat().replace("+00:00", "Z"),
         "old_day": old.at.date().isoformat(),
         "page2000_seq": max(total - 2000 * 50, total // 100),
-        "id": str(mid.id if mid else newest.id),
-        "mid_seq": mid.seq if mid else newest.seq,
+        "id": str(mid[0].id if mid else newest.id),
+        "mid_seq": mid[0].seq if mid else newest.seq,
         "busy_slug": "obj-0",
-        "busy_seq": busy.seq if busy else total,
+        "busy_seq": busy[0].seq if busy else total,
     }
 
 
@@ -109,21 +123,12 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
     namespace she reads. ``offset``: the URLs of the code before issue 18
     (``?p=`` pages, the date hierarchy) for the pages whose URL changed.
     """
+    return api_pages(f, user) + admin_pages(f, user, offset)
+
+
+def api_pages(f: dict[str, Any], user: str) -> list[tuple[str, str]]:
     mid, rare = pop.MID_NS, pop.RARE_NS
     ns = pop.BUSY_NS if user == "superuser" else mid
-    cl = f"{ADMIN}/changeset/"
-    old = f["old_day"].split("-")
-    far = f"{cl}?p=2000" if offset else f"{cl}?before={f['page2000_seq']}"
-    until = (
-        f"{cl}?at__year={int(old[0])}&at__month={int(old[1])}&at__day={int(old[2])}"
-        if offset
-        else f"{cl}?until={f['old_day']}"
-    )
-    page2 = (
-        f"{cl}?q={f['busy_slug']}&p=2"
-        if offset
-        else f"{cl}?q={f['busy_slug']}&before={f['busy_seq']}"
-    )
     return [
         ("api changesets", f"{API}/changesets"),
         ("api changesets namespace=mid", f"{API}/changesets?namespace={mid}"),
@@ -153,6 +158,33 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
         ("api entity history busy", f"{API}/entities/{ns}/item/obj-0/history"),
         ("api revisions namespace=mid", f"{API}/revisions?namespace={mid}"),
         ("api changes feed", f"{API}/changes?limit=100"),
+        ("api entities deleted=true", f"{API}/entities?namespace={mid}&deleted=true"),
+        ("api revisions namespace=mid key=/price", f"{API}/revisions?namespace={mid}&key=/price"),
+        (
+            "api entity history busy key=/price",
+            f"{API}/entities/{ns}/item/obj-0/history?key=/price",
+        ),
+        ("api entity blame busy", f"{API}/entities/{ns}/item/obj-0/blame"),
+    ]
+
+
+def admin_pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
+    mid = pop.MID_NS
+    ns = pop.BUSY_NS if user == "superuser" else mid
+    cl = f"{ADMIN}/changeset/"
+    old = f["old_day"].split("-")
+    far = f"{cl}?p=2000" if offset else f"{cl}?before={f['page2000_seq']}"
+    until = (
+        f"{cl}?at__year={int(old[0])}&at__month={int(old[1])}&at__day={int(old[2])}"
+        if offset
+        else f"{cl}?until={f['old_day']}"
+    )
+    page2 = (
+        f"{cl}?q={f['busy_slug']}&p=2"
+        if offset
+        else f"{cl}?q={f['busy_slug']}&before={f['busy_seq']}"
+    )
+    return [
         ("admin changelist", cl),
         ("admin changelist far page", far),
         ("admin changelist author=busy", f"{cl}?author={pop.BUSY_AUTHOR}"),
@@ -176,227 +208,155 @@ def pages(f: dict[str, Any], user: str, offset: bool) -> list[tuple[str, str]]:
         ("admin revision search slug", f"{ADMIN}/revision/?q={f['busy_slug']}"),
         ("admin entity history busy", f"{ADMIN}/revision/entity/{ns}/item/obj-0/"),
         ("admin journal", f"{ADMIN}/journalentry/"),
+        ("admin deleted (trash) index", f"{ADMIN}/revision/deleted/"),
+        ("admin deleted (trash) namespace=mid", f"{ADMIN}/revision/deleted/{mid}/"),
+        ("admin erasures", f"{ADMIN}/erasure/"),
         ("admin entities", "/admin/entities/entity/"),
         ("admin entities search slug", "/admin/entities/entity/?q=obj-0"),
         ("admin branches", "/admin/branches/branch/"),
     ]
 
 
-def explain_slowest(queries: list[dict[str, Any]]) -> tuple[float, str]:
-    """The slowest captured statement's time and its EXPLAIN (ANALYZE, BUFFERS)."""
-    from django.db import connection
-
-    if not queries:
-        return 0.0, ""
-    slow = max(queries, key=lambda q: float(q["time"]))
-    sql = slow["sql"]
-    if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
-        return float(slow["time"]) * 1000, sql
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql)
-            plan = "\n".join(r[0] for r in cursor.fetchall())
-    except Exception as exc:  # noqa: BLE001 - raw SQL logged without its parameters
-        plan = f"(not re-run: {type(exc).__name__})\n{sql}"
-    return float(slow["time"]) * 1000, plan
-
-
-def measure(size: str, runs: int, label: str, only: str | None, offset: bool) -> Path:
-    from django.db import connection
+def child(args: argparse.Namespace) -> None:
+    """``--serve <size>``: populate if needed, then serve this size's pages in-process to
+    the parent (bench/_scale_measure.py), on the protocol stream."""
+    claim_stdout()  # the protocol's; populating prints
+    from django.conf import settings
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
 
+    name = scale_database(args.serve)
+    setup(database=name)
+    populate(args.serve, name)
     who = users()
     f = facts()
-    results: list[dict[str, Any]] = []
-    for name, (user, token) in who.items():
+    clients, headers = {}, {}
+    for user_name, (user, token) in who.items():
         client = Client()
         client.force_login(user)
-        for page, url in pages(f, name, offset):
-            if only and only not in page:
-                continue
-            headers = {"HTTP_AUTHORIZATION": f"Token {token}"} if url.startswith(API) else {}
-            status = client.get(url, **headers).status_code  # warm-up
-            samples = []
-            for _ in range(runs):
-                started = time.perf_counter()
-                client.get(url, **headers)
-                samples.append((time.perf_counter() - started) * 1000)
-            with CaptureQueriesContext(connection) as captured:
-                client.get(url, **headers)
-            slow_ms, plan = explain_slowest(captured.captured_queries)
-            p50 = statistics.median(samples)
-            results.append(
-                {
-                    "page": page,
-                    "user": name,
-                    "url": url,
-                    "status": status,
-                    "p50": p50,
-                    "queries": len(captured.captured_queries),
-                    "sql_ms": sum(float(q["time"]) for q in captured.captured_queries) * 1000,
-                    "slowest_query_ms": slow_ms,
-                    "plan": plan if len(plan) <= 4000 else plan[:4000] + "\n… (truncated)",
-                }
-            )
-            flag = "" if p50 <= TARGET_MS else "  <-- over"
-            print(f"{name:9} {page:42} {status} {p50:8.1f} ms{flag}", flush=True)
-    out = plots_dir() / f"scale-{size}-{label}.json"
-    out.write_text(json.dumps({"size": SIZES[size], "facts": f, "results": results}, indent=1))
-    print(f"saved {out}")
-    return out
+        clients[user_name] = (client, {"HTTP_AUTHORIZATION": f"Token {token}"})
+        session = client.cookies[settings.SESSION_COOKIE_NAME].value
+        headers[user_name] = {
+            "api": {"Authorization": f"Token {token}"},
+            "admin": {"Cookie": f"{settings.SESSION_COOKIE_NAME}={session}"},
+        }
+    listed = [(u, page, url) for u in who for page, url in pages(f, u, args.offset_urls)]
+
+    def get(user: str, url: str) -> Any:
+        client, token = clients[user]
+        return client.get(url, **(token if url.startswith(API) else {}))
+
+    hello = {"pages": listed, "headers": headers, "facts": f, "database_url": database_url(name)}
+    serve({(u, p): url for u, p, url in listed}, get, hello)
 
 
-def report() -> None:
-    """The docs section (tables per label and size) and the p50-vs-size plot."""
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for path in sorted(plots_dir().glob("scale-*.json")):
-        data = json.loads(path.read_text())
-        label = path.stem.split("-", 2)[2]
-        runs.setdefault(label, {})[data["size"]] = data
-    notes = Path(ROOT / "bench" / "scale_notes.md").read_text().rstrip() + "\n"
-    times = []
-    for size in SIZES:
-        path = plots_dir() / f"scale-populate-{size}.txt"
-        if path.exists():
-            took = json.loads(path.read_text())
-            seconds, vacuum = took["seconds"], took["vacuum"]
-            times.append(f"{seconds:.0f} s at {SIZES[size]:,} (VACUUM {vacuum:.0f} s)")
-    notes = notes.replace("POPULATE_TIMES", ", ".join(times) or "(not recorded)")
-    cost = plots_dir() / "scale-write-cost.md"
-    notes = notes.replace("WRITE_COST", cost.read_text() if cost.exists() else "(not measured)")
-    body = [notes]
-    for label in sorted(runs, key=lambda x: (x != "before", x)):
-        sizes = sorted(runs[label])
-        cells = {(r["page"], r["user"]): {} for s in sizes for r in runs[label][s]["results"]}
-        for s in sizes:
-            for r in runs[label][s]["results"]:
-                cells[(r["page"], r["user"])][s] = r
-        head = " | ".join(f"p50 ms at {s:,}" for s in sizes)
-        sql_head = " | ".join(f"SQL ms at {s:,}" for s in sizes)
-        body.append(f"\n### {label}\n\n| page | user | {head} | ratio | {sql_head} | queries |")
-        body.append("|---|---|" + "---|" * (2 * len(sizes)) + "---|---|")
-        for (page, user), by_size in cells.items():
-            vals = [by_size.get(s) for s in sizes]
-            shown = [f"{v['p50']:.1f}" if v else "—" for v in vals]
-            shown = [
-                f"**{t}**" if v and (v["p50"] > TARGET_MS or v["status"] >= 400) else t
-                for t, v in zip(shown, vals, strict=True)
-            ]
-            ratio = (
-                f"{vals[-1]['p50'] / vals[0]['p50']:.2f}"
-                if len(sizes) > 1 and vals[0] and vals[-1]
-                else "—"
-            )
-            queries = vals[-1]["queries"] if vals[-1] else "—"
-            sql = [f"{v['sql_ms']:.1f}" if v and "sql_ms" in v else "—" for v in vals]
-            body.append(
-                f"| {page} | {user} | {' | '.join(shown)} | {ratio} | {' | '.join(sql)}"
-                f" | {queries} |"
-            )
-    write_section(TITLE, "\n".join(body))
-    plot(runs)
-    plans(runs)
+def measure(args: argparse.Namespace, sizes: list[str]) -> None:
+    """Every page at every size, interleaved, in-process and (unless ``--no-http``) over
+    gunicorn; saved per size as ``scale-<size>-<label>.json`` for ``--report``."""
+    servers: list[SizeServer] = []
+    try:
+        for size in sizes:  # one at a time: a population runs alone
+            argv = [sys.executable, __file__, "--serve", size]
+            servers.append(SizeServer(size, argv + (["--offset-urls"] if args.offset_urls else [])))
+        keys = [k for k in servers[0].urls if not args.only or args.only in k[1]]
+        results = in_process(servers, keys, args.runs, seconds=args.seconds)
+        if not args.no_http:
+            for size, timings in over_http(servers, keys, args.runs, seconds=args.seconds).items():
+                for key, timing in timings.items():
+                    results[size][key].update(timing)
+    finally:
+        for s in servers:
+            s.close()
+    for key in keys:
+        cells = [results[size][key] for size in sizes]
+        print(
+            f"{key[0]:9} {key[1]:44} "
+            + "  ".join(
+                f"{c['p50']:6.1f}/{c.get('http_p50', float('nan')):6.1f} sql {c['sql_ms']:5.2f}"
+                f" rd {c['buffers_read']:4.0f}"
+                for c in cells
+            ),
+            flush=True,
+        )
+    for size in sizes:
+        out = plots_dir() / f"scale-{size}-{args.label}.json"
+        data = {
+            "size": SIZES[size],
+            "facts": next(s.facts for s in servers if s.size == size),
+            "method": 2,
+            "interleaved_with": [SIZES[s] for s in sizes],
+            "results": list(results[size].values()),
+        }
+        out.write_text(json.dumps(data, indent=1))
+        print(f"saved {out}")
+    if not args.no_report:
+        report()  # the section, plot and plans from every saved run
 
 
-def plot(runs: dict[str, dict[int, dict[str, Any]]]) -> None:
-    """p50 vs log size per user: every page after (grey), and the worst and median
-    page before and after issue 18."""
-    import matplotlib
+def populate(size: str, name: str) -> None:
+    """Populate ``name`` with ``size`` changesets unless it holds a log already."""
+    from django.db import connection, transaction
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from changesets.selectors.log import log_head
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharey=True)
-    for ax, user in zip(axes, ("superuser", "scoped"), strict=True):
-        for label, style in (("before", "--"), ("after", "-")):
-            if label not in runs:
-                continue
-            sizes = sorted(runs[label])
-            by_page: dict[str, dict[int, float]] = {}
-            for size in sizes:
-                for r in runs[label][size]["results"]:
-                    if r["user"] == user and r["status"] < 400:
-                        by_page.setdefault(r["page"], {})[size] = r["p50"]
-            if label == "after":
-                for points in by_page.values():
-                    xs = sorted(points)
-                    ax.plot(xs, [points[x] for x in xs], color="0.8", linewidth=0.7)
-            worst = [max(p[s] for p in by_page.values() if s in p) for s in sizes]
-            median = [statistics.median(p[s] for p in by_page.values() if s in p) for s in sizes]
-            lines = ((worst, "tab:red", "worst"), (median, "tab:blue", "median"))
-            for values, color, what in lines:
-                name = f"{what} page, {label}"
-                ax.plot(sizes, values, style, marker="o", color=color, label=name)
-        ax.axhline(TARGET_MS, color="black", linestyle=":", linewidth=1, label="target 100 ms")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("changesets in the log")
-        ax.set_title(f"every page, {user} (grey: each page after)")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("p50 ms (in-process client)")
-    fig.tight_layout()
-    fig.savefig(plots_dir() / "scale.png", dpi=100)
-
-
-def plans(runs: dict[str, dict[int, dict[str, Any]]]) -> None:
-    """docs/benchmarks/scale-plans.md: each page's slowest statement at the largest size."""
-    out = ["# Scale benchmark: the slowest statement of each page (EXPLAIN ANALYZE)\n"]
-    for label in sorted(runs, key=lambda x: (x != "before", x)):
-        size = max(runs[label])
-        out.append(f"\n## {label}, {size:,} changesets\n")
-        out.append("(Each page's slowest statement as Django recorded it, re-run under EXPLAIN.)")
-        for r in runs[label][size]["results"]:
-            out.append(
-                f"\n### {r['page']} ({r['user']}): p50 {r['p50']:.1f} ms,"
-                f" {r['queries']} statements, slowest {r['slowest_query_ms']:.1f} ms\n"
-            )
-            out.append("```\n" + r["plan"].strip() + "\n```")
-    (plots_dir() / "scale-plans.md").write_text("\n".join(out) + "\n")
+    head = log_head()
+    if head is not None and head.seq:
+        return
+    print(f"populating {SIZES[size]:,} changesets into {name} ...", flush=True)
+    started = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as cursor:
+        steps = pop.populate(cursor, SIZES[size])
+    vac = pop.vacuum(database_url(name))
+    total = time.perf_counter() - started
+    print(f"populated in {total:.0f} s (vacuum {vac:.0f} s)", flush=True)
+    record = plots_dir() / f"scale-populate-{size}.txt"
+    record.write_text(
+        json.dumps({"seconds": total, "vacuum": vac, "steps": steps}, indent=1) + "\n"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", choices=SIZES)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--label", default="after")
+    parser.add_argument("--sizes", default="100k,1m,10m", help="comma-separated, interleaved")
+    parser.add_argument("--size", choices=SIZES, help="one size (same as --sizes SIZE)")
+    parser.add_argument("--runs", type=int, default=11)
+    parser.add_argument("--label", default="warm")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=60,
+        help="a page whose rounds (all sizes) took this long stops at three rounds",
+    )
     parser.add_argument("--only", help="time only pages whose label contains this")
     parser.add_argument("--populate-only", action="store_true")
     parser.add_argument(
         "--offset-urls", action="store_true", help="the pre-issue-18 URLs (?p=, date hierarchy)"
     )
-    parser.add_argument("--report", action="store_true")
+    parser.add_argument("--no-http", action="store_true", help="in-process only")
+    parser.add_argument("--report", action="store_true", help="only write the report")
+    parser.add_argument("--no-report", action="store_true", help="measure, save, no report")
+    parser.add_argument("--serve", choices=SIZES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     bench_env()
     if args.report:
         report()
         return
-    if not args.size:
-        parser.error("--size or --report")
-    name = f"atlas_scale_{args.size}"
-    setup(database=name)
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM changesets_changeset")
-        empty = cursor.fetchone()[0] == 0
-    if empty:
-        print(f"populating {SIZES[args.size]:,} changesets into {name} ...", flush=True)
-        started = time.perf_counter()
-        from django.db import transaction
-
-        with transaction.atomic(), connection.cursor() as cursor:
-            steps = pop.populate(cursor, SIZES[args.size])
-        vac = pop.vacuum(database_url(name))
-        total = time.perf_counter() - started
-        print(f"populated in {total:.0f} s (vacuum {vac:.0f} s)", flush=True)
-        record = plots_dir() / f"scale-populate-{args.size}.txt"
-        record.write_text(
-            json.dumps({"seconds": total, "vacuum": vac, "steps": steps}, indent=1) + "\n"
-        )
-    if args.populate_only:
+    if args.serve:
+        child(args)
         return
-    measure(args.size, args.runs, args.label, args.only, args.offset_urls)
+    sizes = [args.size] if args.size else args.sizes.split(",")
+    unknown = [s for s in sizes if s not in SIZES]
+    if unknown:
+        parser.error(f"unknown size(s) {unknown}: {', '.join(SIZES)}")
+    if args.populate_only:
+        if len(sizes) > 1:  # one process per database (Django binds one)
+            for size in sizes:
+                argv = [sys.executable, __file__, "--size", size, "--populate-only"]
+                subprocess.run(argv, check=True)
+            return
+        setup(database=scale_database(sizes[0]))
+        populate(sizes[0], scale_database(sizes[0]))
+        return
+    measure(args, sizes)
 
 
 if __name__ == "__main__":

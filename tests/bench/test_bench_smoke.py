@@ -63,8 +63,15 @@ def test_suite_runs_atlas_plain_and_raw(smoke_run):
         "## Against the peers 7. Storage per revision",
         "## Write path: batches and single writes",
         "## As-of pages at any depth",
+        "## Key-level history, blame and diff vs total revisions (issue 16)",
     ):
         assert section in doc, section
+    keys = doc.split("## Key-level history, blame and diff")[1].split("\n## ")[0]
+    for row in (
+        "| blame (30 revisions, 12 leaves) |",
+        "| /diff empty→A, all pages (500 creates) |",
+    ):
+        assert row in keys, row
     for row in ("| Atlas service |", "| plain get()+save() |", "| raw psycopg prepared UPDATE |"):
         assert row in doc, row
     assert "Parts that failed" not in doc
