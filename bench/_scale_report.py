@@ -173,11 +173,16 @@ def warm_table(cells: dict, sizes: list[int]) -> list[str]:
 
 def plot(runs: Runs, label: str) -> None:
     """p50 vs log size per user: each page (grey), the worst and median page, before
-    and ``label``, in-process (solid) and over gunicorn (dotted)."""
-    import matplotlib
+    and ``label``, in-process (solid) and over gunicorn (dotted). No plot without
+    matplotlib (bench/requirements.txt; a fresh ``make venv`` has none), as in ``_common``."""
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("scale: matplotlib is not installed, no plot (pip install -r bench/requirements.txt)")
+        return
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharey=True)
     for ax, user in zip(axes, ("superuser", "scoped"), strict=True):

@@ -141,6 +141,8 @@ SEMANTIC_REJECTIONS: list[tuple[int, str, str | None]] = [
     (422, "/content", "U+0000"),
     (422, "/patch", "U+0000"),
     (422, "/ops/", "U+0000"),
+    # A partial revert names entities of that changeset (docs/changesets.md).
+    (422, "/only/", "did not touch that entity"),
     # Changeset metadata is client JSON under the same rule, member names included.
     (422, "/metadata", "U+0000"),
 ]
