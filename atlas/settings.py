@@ -332,6 +332,14 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on a missing 
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Archive segments and checkpoints (docs/retention.md): a local folder by default;
+    # S3-compatible storage through django-storages is a STORAGES entry like any other.
+    "atlas_archive": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {
+            "location": os.environ.get("ATLAS_ARCHIVE_DIR", str(BASE_DIR / ".atlas" / "archive"))
+        },
+    },
 }
 
 # --- Atlas ----------------------------------------------------------------------
@@ -456,6 +464,16 @@ ATLAS_WEBHOOK_MAX_ATTEMPTS = env_int("ATLAS_WEBHOOK_MAX_ATTEMPTS", 20)
 # After rotate-secret, deliveries are signed with the old secret too for this long.
 ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS = env_float("ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS", 86400)
 
+# Archive and retention (docs/retention.md).
+ATLAS_ARCHIVE_SIGNING_KEY = os.environ.get("ATLAS_ARCHIVE_SIGNING_KEY", "")
+ATLAS_ARCHIVE_LOCATION = os.environ.get("ATLAS_ARCHIVE_LOCATION", "")
+ATLAS_ARCHIVE_SEGMENT_REVISIONS = env_int("ATLAS_ARCHIVE_SEGMENT_REVISIONS", 100_000)
+ATLAS_ARCHIVE_DELETE_BATCH = env_int("ATLAS_ARCHIVE_DELETE_BATCH", 2_000)
+ATLAS_ARCHIVE_GRACE_SECONDS = env_float("ATLAS_ARCHIVE_GRACE_SECONDS", 10)
+ATLAS_ARCHIVE_CUT_CACHE_SECONDS = env_float("ATLAS_ARCHIVE_CUT_CACHE_SECONDS", 2)
+ATLAS_RETENTION_DAYS = env_int("ATLAS_RETENTION_DAYS", 0)
+ATLAS_RETENTION_INTERVAL_SECONDS = env_float("ATLAS_RETENTION_INTERVAL_SECONDS", 86400)
+
 CELERY_BEAT_SCHEDULE: dict = {
     "journal-sweep": {
         "task": "changesets.journal_sweep",
@@ -467,6 +485,13 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "changesets.subscriptions_wake",
         "schedule": ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS},
+    },
+    # Applies ATLAS_RETENTION_DAYS and the namespaces' retention (a no-op when none is
+    # set) and finishes any interrupted cut or erasure rewrite of the archive.
+    "archive-retention": {
+        "task": "changesets.archive_retention",
+        "schedule": ATLAS_RETENTION_INTERVAL_SECONDS,
+        "options": {"expires": ATLAS_RETENTION_INTERVAL_SECONDS},
     },
 }
 

@@ -337,20 +337,39 @@ def _v1_break(
     return None
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where a walk starts: after ``seq - 1``, whose hash (and v1 hash) are known.
+
+    ``Start()`` is the genesis; an archive checkpoint gives the start after its
+    cut (``changesets.archive``), so the hot log verifies from there.
+    """
+
+    seq: int = 1
+    hash: str = GENESIS
+    v1_hash: str | None = None
+
+
 def verify(
-    changesets: Iterator[tuple[Any, list[Any]]], *, head: Any, stats: Stats | None = None
+    changesets: Iterator[tuple[Any, list[Any]]],
+    *,
+    head: Any,
+    stats: Stats | None = None,
+    start: Start | None = None,
 ) -> tuple[int, Break | None]:
     """Walk ``(changeset, revisions)`` pairs in seq order; return (checked, first break).
 
-    Checks that seqs are contiguous from 1, that each ``prev_hash`` is the
-    previous ``hash``, that each ``hash`` recomputes from the rows as they are
-    now (erased members by their kept digests, which must still read as
-    erased), that old changesets' v1 hashes chain (``_v1_break``), and that
-    the log head names the last changeset. ``stats`` collects counts.
+    Checks that seqs are contiguous from ``start`` (seq 1 by default), that
+    each ``prev_hash`` is the previous ``hash``, that each ``hash`` recomputes
+    from the rows as they are now (erased members by their kept digests, which
+    must still read as erased), that old changesets' v1 hashes chain
+    (``_v1_break``), and that the log head names the last changeset (``head``
+    None: not checked). ``stats`` collects counts.
     """
     stats = stats if stats is not None else Stats()
-    expected_seq, prev = 1, GENESIS
-    prev_v1: str | None = None
+    start = start or Start()
+    expected_seq, prev = start.seq, start.hash
+    prev_v1: str | None = start.v1_hash
     checked = 0
     for changeset, revisions in changesets:
         if changeset.seq != expected_seq:
