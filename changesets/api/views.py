@@ -39,6 +39,9 @@ from atlas.replicas import replica_read
 from changesets import ndjson
 from changesets.api import serializers as s
 from changesets.api.filters import ChangesetFilter, filter_digest
+from changesets.archive.checkpoint import published
+from changesets.archive.selectors import newest_public_key, signed_cuts
+from changesets.archive.storage import public_key
 from changesets.chain import GENESIS
 from changesets.models import Changeset
 from changesets.selectors.log import (
@@ -59,7 +62,40 @@ from entities import access
 # many ops per changeset; one changeset pages its ops, this many by default.
 LIST_OPS = 100
 DEFAULT_OPS_PAGE_SIZE = 100
-_WRITE_PROBLEMS = {code: PROBLEM for code in (400, 403, 404, 409, 413, 415, 422)}
+_WRITE_PROBLEMS = {code: PROBLEM for code in (400, 403, 404, 409, 410, 413, 415, 422)}
+
+
+CheckpointPageSerializer = inline_serializer(
+    "CheckpointPage",
+    {
+        "public_key": serializers.CharField(
+            allow_null=True, help_text="Ed25519, base64 of the 32 raw bytes"
+        ),
+        "results": inline_serializer(
+            "Checkpoint",
+            {
+                "seq": serializers.IntegerField(help_text="the cut: the last archived seq"),
+                "hash": serializers.CharField(help_text="the chain hash at the cut"),
+                "at": serializers.DateTimeField(),
+                "segments": inline_serializer(
+                    "CheckpointSegment",
+                    {
+                        "name": serializers.CharField(),
+                        "digest": serializers.CharField(help_text="SHA-256 of the file, hex"),
+                        "first_seq": serializers.IntegerField(),
+                        "last_seq": serializers.IntegerField(),
+                    },
+                    many=True,
+                ),
+                "signature": serializers.CharField(
+                    help_text="Ed25519 over the canonical JSON of every other member, base64"
+                ),
+            },
+            many=True,
+        ),
+        "next_page_token": serializers.CharField(allow_null=True),
+    },
+)
 
 
 class NdjsonParser(BaseParser):
@@ -110,7 +146,7 @@ class ChangesetViewSet(viewsets.ViewSet):
         operation_id="changesets_list",
         summary="Changesets, newest first",
         parameters=[ChangesetFilter, *PAGE_PARAMS],
-        responses={200: r.ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},
+        responses={200: r.ChangesetPageSerializer, 400: PROBLEM, 410: PROBLEM, 422: PROBLEM},
     )
     @replica_read()
     def list(self, request: Request) -> Response:
@@ -140,7 +176,9 @@ class ChangesetViewSet(viewsets.ViewSet):
             )
             for c in page.results
         ]
-        return Response({"results": results, "next_page_token": page.next_page_token})
+        return Response(
+            paging.archived_page({"results": results, "next_page_token": page.next_page_token})
+        )
 
     @extend_schema(
         operation_id="changesets_get",
@@ -156,7 +194,13 @@ class ChangesetViewSet(viewsets.ViewSet):
                 "page_token", OpenApiTypes.STR, description="ops_next_page_token of a page"
             ),
         ],
-        responses={200: r.ChangesetDetailSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={
+            200: r.ChangesetDetailSerializer,
+            400: PROBLEM,
+            404: PROBLEM,
+            410: PROBLEM,
+            422: PROBLEM,
+        },
     )
     def retrieve(self, request: Request, changeset_id: str) -> Response:
         paging.check_known_params(request, {"page_size", "page_token"})
@@ -192,7 +236,13 @@ class ChangesetViewSet(viewsets.ViewSet):
         operation_id="changesets_revisions",
         summary="A changeset's revision rows (before and after images), in op order, paged",
         parameters=PAGE_PARAMS,
-        responses={200: r.RevisionPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={
+            200: r.RevisionPageSerializer,
+            400: PROBLEM,
+            404: PROBLEM,
+            410: PROBLEM,
+            422: PROBLEM,
+        },
     )
     @action(detail=True, methods=["get"])
     def revisions(self, request: Request, changeset_id: str) -> Response:
@@ -249,6 +299,7 @@ class ChangesetViewSet(viewsets.ViewSet):
         responses={
             (200, ndjson.MEDIA_TYPE): OpenApiResponse(OpenApiTypes.STR),
             404: PROBLEM,
+            410: PROBLEM,
         },
     )
     @action(detail=True, methods=["get"])
@@ -330,6 +381,32 @@ class LogViewSet(viewsets.ViewSet):
             )
         },
     )
+    @extend_schema(
+        operation_id="log_checkpoints",
+        summary="The archive's signed checkpoints, oldest first, and the key that signs them",
+        parameters=PAGE_PARAMS,
+        responses={200: CheckpointPageSerializer, 400: PROBLEM, 422: PROBLEM},
+    )
+    @action(detail=False, methods=["get"])
+    def checkpoints(self, request: Request) -> Response:
+        """API.md "Archive and retention"; docs/retention.md says how to check one."""
+        paging.check_known_params(request, {"page_size", "page_token"})
+        page = paging.keyset_page(
+            request,
+            scope="checkpoints",
+            field="s",
+            field_type=int,
+            fetch=lambda after, limit: signed_cuts(after_seq=after)[:limit],
+            position_of=lambda cut: cut.seq,
+        )
+        return Response(
+            {
+                "public_key": public_key() or newest_public_key(),
+                "results": [published(cut) for cut in page.results],
+                "next_page_token": page.next_page_token,
+            }
+        )
+
     @action(detail=False, methods=["get"])
     def head(self, request: Request) -> Response:
         head = log_head()
