@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from atlas.admin_keyset import KeysetAdminMixin, page_position
 from atlas.admin_mixins import NamespaceScopedAdmin, admin_roles, pretty_json
-from changesets.admin import pages, revert, trash
+from changesets.admin import archive, pages, revert, trash
 from changesets.admin.changelist import AuthorFilter, BranchFilter, NamespaceFilter, UntilFilter
 from changesets.admin.search import (
     Candidate,
@@ -28,11 +28,18 @@ from changesets.admin.search import (
     parse_changeset_ref,
     search_page,
 )
+from changesets.archive import boundary
 from changesets.models import COMMON_RPCS, Changeset, JournalEntry, JournalPhase, Revision
 from changesets.selectors.log import visible_changesets
 from entities.store import EntityKey
 
 # --- changesets ---------------------------------------------------------------------
+
+
+def after_cut(queryset: QuerySet) -> QuerySet:
+    """The log after the archive cut (rows through it may linger while they are removed)."""
+    floor = boundary.floor()
+    return queryset.filter(seq__gt=floor) if floor else queryset
 
 
 def search_by_entity(
@@ -109,6 +116,14 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     list_select_related = ("journal",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
+        """The scoped changesets (:meth:`_scoped`), after the archive cut if there is one."""
+        return after_cut(self._scoped(request))
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        archive.banner(request)
+        return super().changelist_view(request, extra_context)
+
+    def _scoped(self, request: HttpRequest) -> QuerySet:
         """Scoped to the readable namespaces, or on the changelist to the readable
         namespace its filter names: that alone is the visibility test, and with
         the overlap as well the planner multiplied the two selectivities and
@@ -201,6 +216,7 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
             *super().get_urls(),
         ]
 
+    @archive.shows_archived
     def change_view(
         self,
         request: HttpRequest,
@@ -216,6 +232,7 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
         # Django's LogEntry history would always be empty: the log is the history.
         return HttpResponseRedirect(reverse("admin:changesets_changeset_change", args=[object_id]))
 
+    @archive.shows_archived
     def revert_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return revert.revert_view(self, request, object_id)
 
@@ -255,6 +272,13 @@ class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
         "diff",
     )
     readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return after_cut(super().get_queryset(request))
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        archive.banner(request)
+        return super().changelist_view(request, extra_context)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
@@ -326,6 +350,7 @@ class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     def entity_history_view(
         self, request: HttpRequest, namespace: str, kind: str, slug: str
     ) -> HttpResponse:
+        archive.banner(request)
         return pages.entity_history_view(self, request, namespace, kind, slug)
 
     def trash_index_view(self, request: HttpRequest) -> HttpResponse:
@@ -334,11 +359,13 @@ class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     def trash_view(self, request: HttpRequest, namespace: str) -> HttpResponse:
         return trash.trash_view(self, request, namespace)
 
+    @archive.shows_archived
     def restore_view(
         self, request: HttpRequest, namespace: str, kind: str, slug: str
     ) -> HttpResponse:
         return trash.restore_view(self, request, namespace, kind, slug)
 
+    @archive.shows_archived
     def entity_as_of_view(
         self, request: HttpRequest, namespace: str, kind: str, slug: str, changeset_id: Any
     ) -> HttpResponse:

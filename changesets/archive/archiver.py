@@ -105,6 +105,7 @@ def archive(
     bars, stop = progress or _no_bar, pause or (lambda point: None)
     if dry_run:
         return Outcome(plan=plan.plan_cut(before) if before is not None else None, dry_run=True)
+    storage.signing_key()  # refuse before anything is written, not at the signature
     with locks.archiver():
         outcome = Outcome(rewrites=rewrite.run_pending())
         open_cut = ArchiveCut.objects.exclude(state=CutState.REMOVED).first()
@@ -264,6 +265,7 @@ def _sign(cut: ArchiveCut, bars: Progress, stop: Pause) -> None:
         checkpoint.sign_and_store(cut)
         cut.state = CutState.SIGNED
         cut.save()
+    rewrite.sweep()  # segments an erasure replaced before the signature
     stop("signed")
 
 

@@ -23,6 +23,7 @@ change. Crash-safe order, each step repeatable:
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -162,13 +163,36 @@ def before_signing(cut: ArchiveCut) -> int:
         cut.rewrites += 1
     cut.erasure_watermark = erasures[-1].id
     cut.save(update_fields=["rewrites", "erasure_watermark"])
-    transaction.on_commit(lambda: _delete_old_files(records))
     return len(records)
 
 
-def _delete_old_files(records: Sequence[dict[str, Any]]) -> None:
-    for record in records:
-        storage.delete(record["old"])
+def sweep() -> int:
+    """Delete the files a rewrite replaced: older versions of this archive's own segments
+    (they hold erased values) and of its checkpoints. Runs under the archiver's lock
+    after each signing, so a crash between a commit and a delete leaves nothing behind
+    for long. Files it did not write (another name, another range) are never touched.
+    Returns how many files went."""
+    source = storage.StorageSource()
+    current = {(s.first_seq, s.last_seq): s.name for s in ArchiveSegment.objects.only(
+        "first_seq", "last_seq", "name"
+    )}  # fmt: skip
+    versions = dict(ArchiveCut.objects.exclude(signature="").values_list("seq", "rewrites"))
+    gone = []
+    for name in source.names("segments"):
+        match = _SEGMENT_NAME.match(name)
+        if match and current.get((int(match[1]), int(match[2])), name) != name:
+            gone.append(name)
+    for name in source.names(offline.CHECKPOINTS):
+        match = _CHECKPOINT_NAME.match(name)
+        if match and int(match[1]) in versions and int(match[2]) < versions[int(match[1])]:
+            gone.append(name)
+    for name in gone:
+        storage.delete(name)
+    return len(gone)
+
+
+_SEGMENT_NAME = re.compile(r"^segments/(\d{12})-(\d{12})(?:\.r\d+)?\.ndjson\.gz$")
+_CHECKPOINT_NAME = re.compile(r"^checkpoints/(\d{12})\.v(\d+)\.json$")
 
 
 def run_pending() -> int:
@@ -192,4 +216,6 @@ def run_pending() -> int:
         rewrite.state, rewrite.done_at = RewriteState.DONE, timezone.now()
         rewrite.save(update_fields=["state", "done_at"])
         done += 1
+    if done:
+        sweep()
     return done

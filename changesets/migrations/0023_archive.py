@@ -95,7 +95,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('erasure_id', models.UUIDField()),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('done', 'Done')], default='pending', max_length=10)),
+                ('state', models.CharField(choices=[('pending', 'Pending'), ('signed', 'Signed'), ('done', 'Done')], default='pending', max_length=10)),
                 ('created_at', models.DateTimeField()),
                 ('done_at', models.DateTimeField(blank=True, null=True)),
                 ('segments', models.JSONField(blank=True, default=list)),

@@ -90,14 +90,15 @@ def _archived_version(key: EntityKey, version: int) -> VersionImage | None:
         return VersionImage(
             content=cast(dict[str, Any], held[0]), version=version, branch="", seq=held[1]
         )
-    versions = [
-        v
-        for v in Revision.objects.filter(
-            branch=BASELINE, namespace=key.namespace, kind=key.kind, slug=key.slug
-        ).values_list("after_version", flat=True)
-        if v is not None
-    ] + [v for v in state.values_list("after_version", flat=True) if v is not None]
-    if not versions or version < min(versions):
+    # Versions only rise: one below the first written after the cut (or, with none
+    # written since, up to the last one at the cut) was written before the cut.
+    hot = Revision.objects.filter(
+        branch=BASELINE, namespace=key.namespace, kind=key.kind, slug=key.slug, seq__gt=cut.seq
+    ).exclude(after_version=None)
+    first_after = hot.order_by("seq").values_list("after_version", flat=True).first()
+    held = [v for v in state.values_list("after_version", flat=True) if v is not None]
+    upper = first_after if first_after is not None else (max(held) + 1 if held else None)
+    if upper is None or version < upper:
         raise boundary.gone("That version is archived.", cut=cut, pointer="/version")
     return None
 
