@@ -350,6 +350,37 @@ class Start:
     v1_hash: str | None = None
 
 
+def _rows_break(changeset: Any, revisions: list[Any], expected_seq: int, prev: str) -> Break | None:
+    """The rows' own shape: the next seq, chained to the previous hash, every revision
+    there, each with its changeset's seq, time and branch."""
+    if changeset.seq != expected_seq:
+        return Break(
+            expected_seq,
+            None,
+            f"seq {expected_seq} is missing (next is {changeset.seq}): a changeset was removed",
+        )
+    if changeset.prev_hash != prev:
+        return Break(changeset.seq, str(changeset.id), "prev_hash does not chain")
+    if len(revisions) != changeset.op_count:
+        return Break(
+            changeset.seq,
+            str(changeset.id),
+            f"{len(revisions)} revision rows, op_count says {changeset.op_count}",
+        )
+    for revision in revisions:
+        if (revision.seq, revision.at, revision.branch) != (
+            changeset.seq,
+            changeset.at,
+            changeset.branch,
+        ):
+            return Break(
+                changeset.seq,
+                str(changeset.id),
+                f"revision {revision.pk}'s seq, at or branch differs from its changeset's",
+            )
+    return None
+
+
 def verify(
     changesets: Iterator[tuple[Any, list[Any]]],
     *,
@@ -372,33 +403,10 @@ def verify(
     prev_v1: str | None = start.v1_hash
     checked = 0
     for changeset, revisions in changesets:
-        if changeset.seq != expected_seq:
-            return checked, Break(
-                expected_seq,
-                None,
-                f"seq {expected_seq} is missing (next is {changeset.seq}): a changeset was removed",
-            )
-        if changeset.prev_hash != prev:
-            return checked, Break(changeset.seq, str(changeset.id), "prev_hash does not chain")
-        if len(revisions) != changeset.op_count:
-            return checked, Break(
-                changeset.seq,
-                str(changeset.id),
-                f"{len(revisions)} revision rows, op_count says {changeset.op_count}",
-            )
-        for revision in revisions:
-            if (revision.seq, revision.at, revision.branch) != (
-                changeset.seq,
-                changeset.at,
-                changeset.branch,
-            ):
-                return checked, Break(
-                    changeset.seq,
-                    str(changeset.id),
-                    f"revision {revision.pk}'s seq, at or branch differs from its changeset's",
-                )
-        broken = _erased_break(changeset, revisions, stats) or _v1_break(
-            changeset, revisions, prev_v1, stats
+        broken = (
+            _rows_break(changeset, revisions, expected_seq, prev)
+            or _erased_break(changeset, revisions, stats)
+            or _v1_break(changeset, revisions, prev_v1, stats)
         )
         if broken is not None:
             return checked, broken

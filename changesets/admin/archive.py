@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -28,6 +29,20 @@ def banner(request: HttpRequest) -> None:
             f"History through seq {cut.seq} is archived (checkpoint {cut.hash[:16]}…,"
             f" archive {cut.location}); these pages show the log after it.",
         )
+
+
+def after_cut(queryset: QuerySet) -> QuerySet:
+    """The log after the archive cut (rows through it may linger while they are removed)."""
+    floor = boundary.floor()
+    return queryset.filter(seq__gt=floor) if floor else queryset
+
+
+class ArchiveBanner:
+    """A log changelist that says, after a cut, where the hot log begins."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        banner(request)
+        return super().changelist_view(request, extra_context)  # type: ignore[misc]
 
 
 def archived_page(model_admin: Any, request: HttpRequest, exc: Archived) -> HttpResponse:

@@ -28,18 +28,11 @@ from changesets.admin.search import (
     parse_changeset_ref,
     search_page,
 )
-from changesets.archive import boundary
 from changesets.models import COMMON_RPCS, Changeset, JournalEntry, JournalPhase, Revision
 from changesets.selectors.log import visible_changesets
 from entities.store import EntityKey
 
 # --- changesets ---------------------------------------------------------------------
-
-
-def after_cut(queryset: QuerySet) -> QuerySet:
-    """The log after the archive cut (rows through it may linger while they are removed)."""
-    floor = boundary.floor()
-    return queryset.filter(seq__gt=floor) if floor else queryset
 
 
 def search_by_entity(
@@ -93,7 +86,7 @@ def _revisions_kept(queryset: QuerySet, batch: list[Candidate]) -> list[int]:
 
 
 @admin.register(Changeset)
-class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
+class ChangesetAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdmin):
     namespaces_array_field = "namespaces"
     list_display = (
         "seq_label",
@@ -117,11 +110,7 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         """The scoped changesets (:meth:`_scoped`), after the archive cut if there is one."""
-        return after_cut(self._scoped(request))
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        archive.banner(request)
-        return super().changelist_view(request, extra_context)
+        return archive.after_cut(self._scoped(request))
 
     def _scoped(self, request: HttpRequest) -> QuerySet:
         """Scoped to the readable namespaces, or on the changelist to the readable
@@ -241,7 +230,7 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
 
 
 @admin.register(Revision)
-class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
+class RevisionAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdmin):
     namespace_field = "namespace"
     list_display = (
         "seq",
@@ -274,11 +263,7 @@ class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return after_cut(super().get_queryset(request))
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        archive.banner(request)
-        return super().changelist_view(request, extra_context)
+        return archive.after_cut(super().get_queryset(request))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str

@@ -128,7 +128,7 @@ def verify_archive(
     source: Source,
     *,
     public_keys: list[str] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], Any] | None = None,
 ) -> Report:
     """Steps 1-6 of the module docstring over every checkpoint in ``source``."""
     report = Report(keys="trusted" if public_keys else "embedded (untrusted)")
@@ -164,7 +164,7 @@ def _verify_checkpoint(
     trusted: list[Any],
     walk: Walk,
     report: Report,
-    progress: Callable[[int], None] | None,
+    progress: Callable[[int], Any] | None,
 ) -> list[str]:
     """One checkpoint (steps 1-6); ``walk`` moves to its end when it verifies."""
     problem = _signature_problem(checkpoint, trusted)
@@ -205,7 +205,7 @@ def verify_segment(
     walk: Walk,
     stats: chain.Stats,
     report: Report,
-    progress: Callable[[int], None] | None,
+    progress: Callable[[int], Any] | None,
 ) -> str | None:
     """One segment file (steps 3-5); moves ``walk`` to its last changeset."""
     name = str(entry.get("name", ""))
@@ -259,7 +259,7 @@ class _Seen:
         self,
         pairs: Iterator[tuple[Any, list[Any]]],
         replay: state.Replay,
-        progress: Callable[[int], None] | None,
+        progress: Callable[[int], Any] | None,
     ) -> Iterator[tuple[Any, list[Any]]]:
         for changeset, revisions in pairs:
             if (

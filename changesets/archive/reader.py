@@ -61,7 +61,8 @@ def pairs(first_seq: int, last_seq: int) -> Iterator[tuple[SimpleNamespace, list
             chunk = _rows(cursor)
             if not chunk:
                 return
-            taken, budget = [], 0
+            taken: list[SimpleNamespace] = []
+            budget = 0
             for row in chunk:
                 if taken and budget + row.op_count > REVISION_BUDGET:
                     break

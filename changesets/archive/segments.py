@@ -265,7 +265,7 @@ def read_segment(handle: IO[bytes]) -> Segment:
     return Segment(header, _pairs(stream))
 
 
-def _pairs(stream: IO[bytes]) -> Iterator[tuple[SimpleNamespace, list[SimpleNamespace]]]:
+def _pairs(stream: Any) -> Iterator[tuple[SimpleNamespace, list[SimpleNamespace]]]:
     current: SimpleNamespace | None = None
     revisions: list[SimpleNamespace] = []
     number = 1

@@ -191,6 +191,18 @@ def _revisions(after_seq: int, namespaces: Sequence[str] | None) -> QuerySet[Rev
     return qs
 
 
+def _check_cursor(after_seq: int) -> None:
+    """410 for a cursor before the archive cut: what it is owed is in the archive."""
+    cut = cuts.current()
+    if cut is not None and after_seq < cut.seq:
+        raise cuts.gone(
+            f"The cursor (after seq {after_seq}) is before the archive cut.",
+            cut=cut,
+            seq=after_seq + 1,
+            pointer="/since",
+        )
+
+
 def feed_page(
     *,
     after_seq: int,
@@ -214,14 +226,7 @@ def feed_page(
     (``changesets.outbox.metrics.feed_page_timer``): they know which surface
     they serve, and the feed stays free of the metrics that read it.
     """
-    cut = cuts.current()
-    if cut is not None and after_seq < cut.seq:
-        raise cuts.gone(
-            f"The cursor (after seq {after_seq}) is before the archive cut.",
-            cut=cut,
-            seq=after_seq + 1,
-            pointer="/since",
-        )
+    _check_cursor(after_seq)
     rows: list[dict[str, Any]] = []
     full = False
     if namespaces is None or len(namespaces) > 0:

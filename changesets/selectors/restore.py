@@ -96,8 +96,8 @@ def _archived_version(key: EntityKey, version: int) -> VersionImage | None:
         branch=BASELINE, namespace=key.namespace, kind=key.kind, slug=key.slug, seq__gt=cut.seq
     ).exclude(after_version=None)
     first_after = hot.order_by("seq").values_list("after_version", flat=True).first()
-    held = [v for v in state.values_list("after_version", flat=True) if v is not None]
-    upper = first_after if first_after is not None else (max(held) + 1 if held else None)
+    versions = [v for v in state.values_list("after_version", flat=True) if v is not None]
+    upper = first_after if first_after is not None else (max(versions) + 1 if versions else None)
     if upper is None or version < upper:
         raise boundary.gone("That version is archived.", cut=cut, pointer="/version")
     return None
