@@ -1,0 +1,293 @@
+"""An archive cut (issue 21, phase 1): its time, its bytes, and writers running through it.
+
+    .venv/bin/python bench/archive.py [--smoke] [--revisions 200000] [--writers 2]
+        [--batch 100] [--doc PATH] [--json PATH]
+
+1. A fresh database (``atlas_bench_archive``) gets ``--revisions`` revisions
+   through the write service (BatchMutate changesets of ``--batch`` ops over
+   keys in four namespaces, about ten revisions per key), journal published.
+2. ``--writers`` writer processes (multiprocessing, spawn: each its own Django
+   and connection, so no GIL is shared with the archiver) write single-entity
+   changesets in a loop and time each one; first for a few seconds alone
+   (the baseline), then through the whole cut.
+3. The archiver (the same code as ``manage.py archive_log``) cuts everything
+   written in step 1, timing each step through its pause hook.
+4. Bytes: the hot log tables (heap + indexes, ``pg_total_relation_size``)
+   before, after the removal and after a plain VACUUM; the archived rows' own
+   size (``pg_column_size``) against the segments' bytes; the state at the
+   cut. Then ``verify_archive`` (offline) and ``verify_log`` are timed.
+
+Writes its section of docs/benchmarks.md (``--doc``/``ATLAS_BENCH_DOC``).
+Writer latencies are the whole write as a client sees it (the service call,
+commit included); on a shared machine they include every other process's
+noise, so compare the "alone" and "during the cut" columns of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from typing import Any
+
+from _common import bench_env, header, summary, table, write_json
+from _setup import database_url, setup, write_section
+
+TITLE = "Archive cut (issue 21, phase 1)"
+# Dropped and made afresh each run; ATLAS_BENCH_DB names another (the smoke test's own).
+DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_archive"
+NAMESPACES = ("bench.a", "bench.b", "bench.c", "bench.d")
+TABLES = ("changesets_changeset", "changesets_revision", "changesets_journalentry")
+
+
+def _fresh_database() -> None:
+    import psycopg
+    from _setup import server_url
+
+    admin = server_url().rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+    database_url(DB)
+
+
+def writer_main(index: int, archive_dir: str, stop: Any, results: Any, ready: Any) -> None:
+    """A writer process: single-entity changesets on its own keys until ``stop``."""
+    os.environ["ATLAS_ARCHIVE_DIR"] = archive_dir
+    setup(database=DB)
+    from django.contrib.auth import get_user_model
+
+    from changesets.models import Rpc
+    from changesets.ops import PutOp
+    from changesets.services.apply import changeset_apply
+    from entities.store import EntityKey, baseline
+
+    actor = get_user_model().objects.get(username="bench")
+    samples: list[tuple[float, float]] = []
+    n = 0
+    ready.put(index)
+    while not stop.is_set():
+        key = EntityKey(NAMESPACES[0], "live", f"w{index}-{n % 50}")
+        started = time.perf_counter()
+        changeset_apply(store=baseline, actor=actor, ops=[PutOp(key, {"n": n})], rpc=Rpc.PUT_ENTITY)
+        samples.append((time.time(), (time.perf_counter() - started) * 1000))
+        n += 1
+    results.put(samples)
+
+
+def populate(revisions: int, batch: int) -> dict[str, float]:
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from changesets.models import Rpc
+    from changesets.ops import PutOp
+    from changesets.services.apply import changeset_apply
+    from entities.models import Namespace
+    from entities.store import EntityKey, baseline
+
+    actor = get_user_model().objects.create_superuser("bench", "bench@example.test", "x")
+    for name in NAMESPACES:
+        Namespace.objects.get_or_create(name=name)
+    keys = max(revisions // 10, batch)
+    started = time.perf_counter()
+    for n in range(revisions // batch):
+        ops = [
+            PutOp(
+                EntityKey(NAMESPACES[(n + i) % 4], "doc", f"k{(n * batch + i) % keys}"),
+                {"n": n, "i": i, "title": f"document {i}", "body": "x" * 120},
+            )
+            for i in range(batch)
+        ]
+        changeset_apply(store=baseline, actor=actor, ops=ops, rpc=Rpc.BATCH_MUTATE)
+    seconds = time.perf_counter() - started
+    with connection.cursor() as cursor:  # no relay runs here: publish as it would
+        cursor.execute(
+            "UPDATE changesets_journalentry SET phase = 'published', published_at = now()"
+        )
+        cursor.execute("VACUUM ANALYZE")
+    return {"seconds": seconds, "keys": keys}
+
+
+def sizes() -> dict[str, dict[str, int]]:
+    """Per table: rows, the rows' own bytes (``pg_column_size``) and bytes on disk."""
+    from django.db import connection
+
+    out = {}
+    with connection.cursor() as cursor:
+        for name in (*TABLES, "changesets_archivebase"):
+            cursor.execute(
+                f"SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0),"
+                f" pg_total_relation_size('{name}') FROM {name} t"
+            )
+            rows, live, disk = cursor.fetchone()
+            out[name] = {"rows": rows, "live": int(live), "disk": disk}
+    return out
+
+
+def row_bytes(through: int) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM changesets_changeset c"
+            "  WHERE seq <= %s) + (SELECT coalesce(sum(pg_column_size(r.*)), 0)"
+            "  FROM changesets_revision r WHERE seq <= %s)",
+            [through, through],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def run_cut(through: int) -> dict[str, float]:
+    """The archiver, timed step by step (its pause hook marks each step's end)."""
+    from changesets.archive import archiver
+
+    marks = [("start", time.perf_counter())]
+
+    def mark(point: str) -> None:
+        if point in ("planned", "written", "verified", "signed", "switched", "removed"):
+            marks.append((point, time.perf_counter()))
+
+    archiver.archive(before=through + 1, requested_by="bench", pause=mark)
+    steps = {b[0]: b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False)}
+    steps["total"] = marks[-1][1] - marks[0][1]
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--revisions", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--writers", type=int, default=2)
+    parser.add_argument("--doc")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.doc:
+        os.environ["ATLAS_BENCH_DOC"] = args.doc
+    revisions = 2_000 if args.smoke else args.revisions
+    bench_env()
+    archive_dir = tempfile.mkdtemp(prefix="atlas-bench-archive-")
+    os.environ.update({
+        "ATLAS_ARCHIVE_DIR": archive_dir,
+        "ATLAS_ARCHIVE_GRACE_SECONDS": "5",
+        "ATLAS_ARCHIVE_SIGNING_KEY": os.environ.get("ATLAS_ARCHIVE_SIGNING_KEY")
+        or _new_key(),
+    })  # fmt: skip
+    _fresh_database()
+    setup(database=DB)
+    filled = populate(revisions, args.batch)
+    result = _measure(args, archive_dir, filled)
+    write_json(args.json, result)
+    write_section(TITLE, _report(result, args))
+    print(_report(result, args))
+
+
+def _new_key() -> str:
+    from changesets.archive import signing
+
+    return signing.new_private_key()
+
+
+def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float]) -> dict:
+    from django.db import connection
+
+    from changesets.archive.models import ArchiveCut
+    from changesets.models import LogHead
+
+    through = LogHead.objects.get().seq
+    before, archived_rows = sizes(), row_bytes(through)
+    context = mp.get_context("spawn")
+    stop, results, ready = context.Event(), context.Queue(), context.Queue()
+    writers = [
+        context.Process(target=writer_main, args=(i, archive_dir, stop, results, ready))
+        for i in range(args.writers)
+    ]
+    for writer in writers:
+        writer.start()
+    for _ in writers:
+        ready.get(timeout=120)  # each writer has set Django up
+    time.sleep(2 if args.smoke else 10)  # the writers alone: the baseline
+    cut_started = time.time()
+    steps = run_cut(through)
+    cut_ended = time.time()
+    time.sleep(1)
+    stop.set()
+    samples = [s for _ in writers for s in results.get(timeout=60)]
+    for writer in writers:
+        writer.join(timeout=30)
+    alone = [ms for at, ms in samples if at < cut_started]
+    during = [ms for at, ms in samples if cut_started <= at <= cut_ended]
+    after = sizes()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM")
+    vacuumed = sizes()
+    cut = ArchiveCut.objects.get()
+    segment_bytes = sum(cut.segments.values_list("bytes", flat=True))
+    verify_archive_s = _timed_command("verify_archive", archive_dir, "--no-progress")
+    verify_log_s = _timed_command("verify_log", "--no-progress")
+    return {
+        "revisions": cut.revisions, "changesets": cut.changesets, "keys": filled["keys"],
+        "populate_s": filled["seconds"], "steps_s": steps, "segments": cut.segments.count(),
+        "segment_bytes": segment_bytes, "archived_row_bytes": archived_rows,
+        "sizes": {"before": before, "after_removal": after, "after_vacuum": vacuumed},
+        "writers": args.writers, "alone_ms": summary(alone), "during_ms": summary(during),
+        "verify_archive_s": verify_archive_s, "verify_log_s": verify_log_s,
+    }  # fmt: skip
+
+
+def _timed_command(*args: str) -> float:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    started = time.perf_counter()
+    call_command(*args, stdout=StringIO(), stderr=StringIO())
+    return time.perf_counter() - started
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:,.1f} MiB"
+
+
+def _report(r: dict, args: argparse.Namespace) -> str:
+    command = f"bench/archive.py --revisions {r['revisions']} --writers {r['writers']}"
+    steps = r["steps_s"]
+
+    def cell(at: str, name: str) -> str:
+        one = r["sizes"][at][name]
+        return f"{one['rows']:,} rows, {_mib(one['live'])} / {_mib(one['disk'])}"
+
+    hot = [
+        [name, cell("before", name), cell("after_removal", name), cell("after_vacuum", name)]
+        for name in (*TABLES, "changesets_archivebase")
+    ]
+    lat = [
+        [label, s["n"], s["p50"], s["p99"], s["max"]]
+        for label, s in (("alone", r["alone_ms"]), ("during the cut", r["during_ms"]))
+    ]
+    return "\n\n".join([
+        header(command),
+        f"{r['revisions']:,} revisions in {r['changesets']:,} changesets over {r['keys']:,} keys"
+        f" (populated through the write service in {r['populate_s']:.0f} s), cut in one go.",
+        table(["step (its end)", "seconds"], [[k, v] for k, v in steps.items()]),
+        "(`removed` includes the grace, `ATLAS_ARCHIVE_GRACE_SECONDS`=5, between the switch"
+        " and the first DELETE.)",
+        f"Segments: {r['segments']} files, {_mib(r['segment_bytes'])} gzipped NDJSON, for"
+        f" {_mib(r['archived_row_bytes'])} of archived rows (`pg_column_size`, before TOAST"
+        f" compression), {r['archived_row_bytes'] / max(r['segment_bytes'], 1):.1f}× smaller.",
+        "Hot tables: rows, their own bytes (`pg_column_size`) / bytes on disk (heap +"
+        " indexes + TOAST, `pg_total_relation_size`). After the removal the tables hold the"
+        " writers' changesets of the run. Phase 1 removes rows by DELETE, so the files keep"
+        " their size until new rows reuse the space (a plain VACUUM makes it reusable);"
+        " phase 2 detaches partitions and returns it.",
+        table(["table", "before", "after removal", "after VACUUM"], hot),
+        f"{r['writers']} writer processes, single-entity changesets, ms per write:",
+        table(["writers", "writes", "p50", "p99", "max"], lat),
+        f"Offline `verify_archive`: {r['verify_archive_s']:.1f} s; `verify_log` from the"
+        f" checkpoint: {r['verify_log_s']:.1f} s.",
+    ])  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
