@@ -61,20 +61,6 @@ class LogViewSet(viewsets.ViewSet):
     permission_classes = [IsAuthenticated]  # API.md: any authenticated user, nobody else
 
     @extend_schema(
-        operation_id="log_head",
-        summary="The newest seq and chain hash, to anchor the log elsewhere",
-        responses={
-            200: inline_serializer(
-                "LogHead",
-                {
-                    "seq": serializers.IntegerField(),
-                    "hash": serializers.CharField(),
-                    "at": serializers.DateTimeField(allow_null=True),
-                },
-            )
-        },
-    )
-    @extend_schema(
         operation_id="log_checkpoints",
         summary="The archive's signed checkpoints, oldest first, and the key that signs them",
         parameters=PAGE_PARAMS,
@@ -82,7 +68,7 @@ class LogViewSet(viewsets.ViewSet):
     )
     @action(detail=False, methods=["get"])
     def checkpoints(self, request: Request) -> Response:
-        """API.md "Archive and retention"; docs/retention.md says how to check one."""
+        # API.md "Archive and retention"; docs/retention.md says how to check one.
         paging.check_known_params(request, {"page_size", "page_token"})
         page = paging.keyset_page(
             request,
@@ -100,6 +86,20 @@ class LogViewSet(viewsets.ViewSet):
             }
         )
 
+    @extend_schema(
+        operation_id="log_head",
+        summary="The newest seq and chain hash, to anchor the log elsewhere",
+        responses={
+            200: inline_serializer(
+                "LogHead",
+                {
+                    "seq": serializers.IntegerField(),
+                    "hash": serializers.CharField(),
+                    "at": serializers.DateTimeField(allow_null=True),
+                },
+            )
+        },
+    )
     @action(detail=False, methods=["get"])
     def head(self, request: Request) -> Response:
         head = log_head()

@@ -157,7 +157,7 @@ class HistoryActions:
         operation_id="entities_blame",
         summary="For every leaf of the content, the changeset that last set it",
         parameters=[*AS_OF_PARAMS, BRANCH_PARAM],
-        responses={200: BlameSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={200: BlameSerializer, 400: PROBLEM, 404: PROBLEM, 410: PROBLEM, 422: PROBLEM},
     )
     @action(detail=True, methods=["get"])
     @replica_read(when=has_as_of)
@@ -195,7 +195,13 @@ class HistoryActions:
         operation_id="entities_diff",
         summary="The entity between two points, as an RFC 6902 patch",
         parameters=[DiffPointsQuery, BRANCH_PARAM],
-        responses={200: EntityDiffSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={
+            200: EntityDiffSerializer,
+            400: PROBLEM,
+            404: PROBLEM,
+            410: PROBLEM,
+            422: PROBLEM,
+        },
     )
     @action(detail=True, methods=["get"])
     @replica_read()

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from changesets.archive import archiver, offline
+from changesets.archive import archiver, erasure, offline
 from changesets.archive.models import ArchiveCut, ArchiveRewrite, CutState, RewriteState
+from changesets.models import LogHead
 from changesets.services.erase import EraseTarget, entities_erase
 from tests.changesets.archive.conftest import NS_A, cut, key, public_key
 
@@ -57,8 +58,6 @@ def _erase(actor):
 
 
 def test_an_erasure_rewrites_the_segments_and_re_signs_the_checkpoint(with_secret, archive_dir):
-    from changesets.models import LogHead
-
     head = LogHead.objects.get().seq
     cut(head + 1)  # everything, the secret included
     assert SECRET in _archive_text(archive_dir) and SECRET in _table_text()
@@ -82,8 +81,6 @@ def test_an_erasure_rewrites_the_segments_and_re_signs_the_checkpoint(with_secre
 
 
 def test_an_erasure_before_the_signature_goes_into_the_segments_first(with_secret, archive_dir):
-    from changesets.models import LogHead
-
     head = LogHead.objects.get().seq
 
     class Stop(Exception):
@@ -112,9 +109,6 @@ def test_an_erasure_before_the_signature_goes_into_the_segments_first(with_secre
 
 
 def test_a_rewrite_left_pending_is_finished_by_the_next_run(with_secret, archive_dir, monkeypatch):
-    from changesets.archive import erasure
-    from changesets.models import LogHead
-
     head = LogHead.objects.get().seq
     cut(head + 1)
     monkeypatch.setattr(erasure, "after_commit", lambda: None)  # the process died after COMMIT
@@ -128,8 +122,6 @@ def test_a_rewrite_left_pending_is_finished_by_the_next_run(with_secret, archive
 
 
 def test_an_erasure_elsewhere_leaves_the_archive_alone(with_secret, archive_dir, make_user, write):
-    from changesets.models import LogHead
-
     head = LogHead.objects.get().seq
     cut(head + 1)
     make_user("other-maker", maintainer=["arch.other"])

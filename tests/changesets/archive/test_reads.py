@@ -13,6 +13,7 @@ import uuid
 import pytest
 import uuid6
 
+from branches.models import Branch
 from changesets.archive import signing
 from changesets.archive.models import ArchiveCut
 from changesets.models import Changeset, LogHead
@@ -231,3 +232,16 @@ def test_the_admin_log_pages_say_where_the_log_begins(archived, client):
     assert history.status_code == 200 and "is archived" in history.content.decode()
     as_of = client.get(f"/admin/changesets/revision/entity/{NS_A}/doc/a/as-of/{old}/")
     assert as_of.status_code == 410
+
+
+def test_a_branch_whose_fork_and_merge_are_archived_still_reads(
+    seed, archive_dir, client_for, client
+):
+    seeded = seed(2)
+    cut(LogHead.objects.get().seq + 1)  # the merged branch's fork and merge included
+    api = client_for(seeded.root).get("/api/v1/branches/arch-feature")
+    assert api.status_code == 200, api.content
+    assert api.json()["status"] == "merged" and api.json()["merged_changeset_id"]
+    client.force_login(seeded.root)
+    page = client.get(f"/admin/branches/branch/{Branch.objects.get().pk}/change/")
+    assert page.status_code == 200
