@@ -10,8 +10,12 @@
    and connection, so no GIL is shared with the archiver) write single-entity
    changesets in a loop and time each one; first for a few seconds alone
    (the baseline), then through the whole cut.
-3. The archiver (the same code as ``manage.py archive_log``) cuts everything
-   written in step 1, timing each step through its pause hook.
+3. The archiver (the same code as ``manage.py archive_log``) cuts the first
+   90% of what step 1 wrote, timing each step through its pause hook.
+5. Reads at a point after the cut (the end of step 1): an as-of page, single
+   entities as of it, and a history page, timed before the cut (all rows hot)
+   and after it (the state at the cut beside the hot rows), with the as-of
+   page's plan: the same answers, index scans on both sides.
 4. Bytes: the hot log tables (heap + indexes, ``pg_total_relation_size``)
    before, after the removal and after a plain VACUUM; the archived rows' own
    size (``pg_column_size``) against the segments' bytes; the state at the
@@ -26,6 +30,7 @@ noise, so compare the "alone" and "during the cut" columns of one run.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import tempfile
@@ -195,8 +200,10 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
     from changesets.archive.models import ArchiveCut
     from changesets.models import LogHead
 
-    through = LogHead.objects.get().seq
+    point = LogHead.objects.get().seq
+    through = int(point * 0.9)
     before, archived_rows = sizes(), row_bytes(through)
+    reads_before = reads(point)
     context = mp.get_context("spawn")
     stop, results, ready = context.Event(), context.Queue(), context.Queue()
     writers = [
@@ -220,8 +227,10 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
     during = [ms for at, ms in samples if cut_started <= at <= cut_ended]
     after = sizes()
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM")
+        cursor.execute("VACUUM ANALYZE")
     vacuumed = sizes()
+    reads_after = reads(point)
+    same = reads_after.pop("answers") == reads_before.pop("answers")
     cut = ArchiveCut.objects.get()
     segment_bytes = sum(cut.segments.values_list("bytes", flat=True))
     verify_archive_s = _timed_command("verify_archive", archive_dir, "--no-progress")
@@ -233,7 +242,59 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
         "sizes": {"before": before, "after_removal": after, "after_vacuum": vacuumed},
         "writers": args.writers, "alone_ms": summary(alone), "during_ms": summary(during),
         "verify_archive_s": verify_archive_s, "verify_log_s": verify_log_s,
+        "reads_before": reads_before, "reads_after": reads_after, "same_answers": same,
     }  # fmt: skip
+
+
+def reads(point: int) -> dict[str, Any]:
+    """As-of and history reads at ``point``, timed (ms), their answers, the page's plan."""
+    from _common import repeat_ms
+    from django.db import connection
+
+    from changesets.selectors import asof
+    from changesets.selectors.log import entity_history
+    from entities.store import EntityKey
+
+    keys = [EntityKey(NAMESPACES[i % 4], "doc", f"k{i * 7}") for i in range(20)]
+
+    def page() -> Any:
+        return asof.entities_as_of(seq=point, namespaces=None, namespace=NAMESPACES[1], limit=50)
+
+    def singles() -> Any:
+        return [asof.entity_as_of(seq=point, key=k) for k in keys]
+
+    def history() -> Any:
+        return entity_history(key=keys[0], limit=50)
+
+    answers = [
+        [(e.key, e.content, e.version, e.updated_at) for e in page()],
+        [None if e is None else (e.content, e.version) for e in singles()],
+    ]
+    with connection.cursor() as cursor:
+        sql = asof._statement("namespace = %s", point) % (
+            point,
+            f"'{NAMESPACES[1]}'",
+            82,
+            point,
+            point,
+        )
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    return {
+        "answers": answers,
+        "as_of_page_ms": summary(repeat_ms(page, 50, seconds=10)),
+        "as_of_20_entities_ms": summary(repeat_ms(singles, 20, seconds=10)),
+        "history_page_ms": summary(repeat_ms(history, 50, seconds=10)),
+        "seq_scans": _seq_scans(plan[0]["Plan"]),
+    }
+
+
+def _seq_scans(node: dict[str, Any]) -> list[str]:
+    found = [node["Relation Name"]] if node["Node Type"] == "Seq Scan" else []
+    for child in node.get("Plans", []):
+        found += _seq_scans(child)
+    return found
 
 
 def _timed_command(*args: str) -> float:
@@ -286,6 +347,18 @@ def _report(r: dict, args: argparse.Namespace) -> str:
         table(["writers", "writes", "p50", "p99", "max"], lat),
         f"Offline `verify_archive`: {r['verify_archive_s']:.1f} s; `verify_log` from the"
         f" checkpoint: {r['verify_log_s']:.1f} s.",
+        "Reads at a point after the cut, before it (every row hot) and after it (the state at"
+        " the cut beside the hot rows), ms; answers"
+        f" {'identical' if r['same_answers'] else 'DIFFERENT'}; sequential scans in the as-of"
+        f" page's plan: before {r['reads_before']['seq_scans'] or 'none'}, after"
+        f" {r['reads_after']['seq_scans'] or 'none'}:",
+        table(["read", "before p50", "before p99", "after p50", "after p99"], [
+            [name, r["reads_before"][key]["p50"], r["reads_before"][key]["p99"],
+             r["reads_after"][key]["p50"], r["reads_after"][key]["p99"]]
+            for name, key in (("as-of page (50)", "as_of_page_ms"),
+                              ("20 entities as of", "as_of_20_entities_ms"),
+                              ("history page (50)", "history_page_ms"))
+        ]),
     ])  # fmt: skip
 
 
