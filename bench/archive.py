@@ -143,6 +143,53 @@ def row_bytes(through: int) -> int:
         return int(cursor.fetchone()[0])
 
 
+class LockWaits:
+    """Samples, every 10 ms on a connection of its own, the backends of the benchmark
+    database waiting for a lock: which lock, and for how long their statement had run
+    (``now() - query_start``). Writers wait for each other on the log head (one
+    commit at a time: invariant 6) whether or not a cut runs; comparing the cut with
+    the writers alone tells a wait the archiver caused from one they always have."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.url, self.stop = url, threading.Event()
+        self.found: list[tuple[float, int, float, str]] = []  # (at, waiting, longest ms, kinds)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self.stop.is_set():
+                row = conn.execute(
+                    "SELECT count(*), coalesce(max(extract(epoch FROM now() - query_start)), 0),"
+                    " coalesce(string_agg(DISTINCT wait_event || ':' || left(regexp_replace("
+                    "query, '\\s+', ' ', 'g'), 40), ','), '')"
+                    " FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                ).fetchone()
+                self.found.append((time.time(), row[0], float(row[1]) * 1000, row[2]))
+                time.sleep(0.01)
+
+    def between(self, start: float, end: float) -> dict[str, Any]:
+        window = [f for f in self.found if start <= f[0] <= end]
+        return {
+            "samples": len(window),
+            "waiting": sum(1 for f in window if f[1]),
+            "longest_ms": max((f[2] for f in window), default=0.0),
+            "locks": sorted({k for f in window for k in f[3].split(",") if k}),
+        }
+
+    def __enter__(self) -> LockWaits:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
 def run_cut(through: int) -> dict[str, float]:
     """The archiver, timed step by step (its pause hook marks each step's end)."""
     from changesets.archive import archiver
@@ -214,10 +261,12 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
         writer.start()
     for _ in writers:
         ready.get(timeout=120)  # each writer has set Django up
-    time.sleep(2 if args.smoke else 10)  # the writers alone: the baseline
-    cut_started = time.time()
-    steps = run_cut(through)
-    cut_ended = time.time()
+    with LockWaits(os.environ["DATABASE_URL"]) as waits:
+        alone_started = time.time()
+        time.sleep(2 if args.smoke else 10)  # the writers alone: the baseline
+        cut_started = time.time()
+        steps = run_cut(through)
+        cut_ended = time.time()
     time.sleep(1)
     stop.set()
     samples = [s for _ in writers for s in results.get(timeout=60)]
@@ -243,6 +292,8 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
         "writers": args.writers, "alone_ms": summary(alone), "during_ms": summary(during),
         "verify_archive_s": verify_archive_s, "verify_log_s": verify_log_s,
         "reads_before": reads_before, "reads_after": reads_after, "same_answers": same,
+        "lock_waits": {"alone": waits.between(alone_started, cut_started),
+                       "cut": waits.between(cut_started, cut_ended)},
     }  # fmt: skip
 
 
@@ -345,6 +396,16 @@ def _report(r: dict, args: argparse.Namespace) -> str:
         table(["table", "before", "after removal", "after VACUUM"], hot),
         f"{r['writers']} writer processes, single-entity changesets, ms per write:",
         table(["writers", "writes", "p50", "p99", "max"], lat),
+        "Lock waits (`pg_stat_activity`, sampled every 10 ms): the writers wait for each other"
+        " on the log head (one commit at a time, invariant 6) with or without a cut; a wait"
+        " the archiver caused would show as another lock or a longer wait during the cut.",
+        table(["", "samples", "with a backend waiting", "longest (ms)", "locks"], [
+            [label, w["samples"], w["waiting"], w["longest_ms"], ", ".join(w["locks"]) or "–"]
+            for label, w in (("writers alone", r["lock_waits"]["alone"]),
+                             ("during the cut", r["lock_waits"]["cut"]))
+        ]),
+        "Write latency beyond the lock waits is CPU: the writers, the archiver and"
+        " PostgreSQL share the machine's cores.",
         f"Offline `verify_archive`: {r['verify_archive_s']:.1f} s; `verify_log` from the"
         f" checkpoint: {r['verify_log_s']:.1f} s.",
         "Reads at a point after the cut, before it (every row hot) and after it (the state at"

@@ -30,10 +30,12 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def row_line(row: Any) -> tuple[tuple[str, str, str, int], str]:
-    """(sort key, digest line) of one state row (a revision or a copy of one)."""
+def row_line(row: Any, fields: list[Any] | None = None) -> tuple[tuple[str, str, str, int], str]:
+    """(sort key, digest line) of one state row (a revision or a copy of one); ``fields``
+    are its ``chain.revision_fields`` when the caller has them already."""
     key = (row.namespace, row.kind, row.slug, int(row.seq))
-    return key, _canonical([*key, str(row.changeset_id), chain.revision_fields(row)])
+    fields = fields if fields is not None else chain.revision_fields(row)
+    return key, _canonical([*key, str(row.changeset_id), fields])
 
 
 def digest(lines: Iterable[tuple[tuple[str, str, str, int], str]]) -> str:
@@ -56,13 +58,13 @@ class Replay:
         for row in sorted(rows, key=lambda r: int(r.seq)):
             self._apply(row)
 
-    def apply(self, revision: Any) -> None:
+    def apply(self, revision: Any, fields: list[Any] | None = None) -> None:
         if revision.branch == BASELINE:
-            self._apply(revision)
+            self._apply(revision, fields)
 
-    def _apply(self, row: Any) -> None:
+    def _apply(self, row: Any, fields: list[Any] | None = None) -> None:
         key = (row.namespace, row.kind, row.slug)
-        line = row_line(row)
+        line = row_line(row, fields)
         if row.op == "delete":
             self._keys.pop(key, None)
         elif row.op == "create" or key not in self._keys:
