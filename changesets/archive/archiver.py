@@ -33,6 +33,7 @@ a real process at each step.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -149,6 +150,8 @@ def _record(cut_plan: plan.Plan, requested_by: str) -> ArchiveCut:
             [cut_plan.previous, cut_plan.seq, cut_plan.seq],
         )
         hash_, v1, at, max_id = cursor.fetchone()
+    earlier = ArchiveCut.objects.order_by("-seq").values_list("max_changeset_id", flat=True)
+    max_id = max([uuid.UUID(max_id), *earlier[:1]])  # the largest id archived so far
     start = _chain_at(cut_plan.previous)
     cut = ArchiveCut.objects.create(
         seq=cut_plan.seq,

@@ -13,11 +13,12 @@ import json
 from io import StringIO
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.core.management import call_command
 
 from changesets import ndjson
-from changesets.archive import base, boundary, checkpoint, offline, segments, signing
+from changesets.archive import base, boundary, checkpoint, locks, offline, segments, signing
 from changesets.archive.models import ArchiveBase, ArchiveCut, CutState
 from changesets.models import Changeset, JournalEntry, LogHead, Revision
 from changesets.selectors import asof, diff
@@ -32,6 +33,7 @@ from tests.changesets.archive.conftest import (
     key,
     public_key,
 )
+from tests.reliability.harness import database_url_of_tests
 
 pytestmark = pytest.mark.django_db
 
@@ -295,3 +297,16 @@ def test_the_export_format_is_what_the_segments_hold(seed, archive_dir):
     assert parsed.envelope["changeset_id"] == lines[0]["changeset_id"]
     assert [op.key for op in parsed.ops] == [EntityKey(o["namespace"], o["kind"], o["slug"])
                                              for o in lines[1 : 1 + len(parsed.ops)]]  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_archiver_at_a_time(seed, archive_dir):
+    """A second archiver (another archive_log, the retention task) finds the lock taken."""
+    seeded = seed(1)
+    with psycopg.connect(database_url_of_tests(), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [locks.ARCHIVER_LOCK])
+        with pytest.raises(locks.Busy):
+            cut(seeded.seq_of(2) + 1)
+    assert not ArchiveCut.objects.exists()
+    cut(seeded.seq_of(2) + 1)  # free again
+    assert ArchiveCut.objects.get().state == CutState.REMOVED
