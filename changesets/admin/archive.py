@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from changesets.archive import boundary
-from changesets.archive.models import ArchiveCut, NamespaceRetention
+from changesets.archive.models import ArchiveCut, ArchiveRewrite, NamespaceRetention
 from changesets.exceptions import Archived
 
 
@@ -80,12 +80,7 @@ class _SuperuserOnly:
         return self.has_module_permission(request)
 
 
-@admin.register(ArchiveCut)
-class ArchiveCutAdmin(_SuperuserOnly, admin.ModelAdmin):
-    list_display = ("seq", "from_seq", "state", "changesets", "revisions", "signed_at", "location")
-    ordering = ("-seq",)
-    readonly_fields = [f.name for f in ArchiveCut._meta.fields]
-
+class _ReadOnly(_SuperuserOnly):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -94,6 +89,22 @@ class ArchiveCutAdmin(_SuperuserOnly, admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(ArchiveCut)
+class ArchiveCutAdmin(_ReadOnly, admin.ModelAdmin):
+    list_display = ("seq", "from_seq", "state", "changesets", "revisions", "signed_at", "location")
+    ordering = ("-seq",)
+    readonly_fields = [f.name for f in ArchiveCut._meta.fields]
+
+
+@admin.register(ArchiveRewrite)
+class ArchiveRewriteAdmin(_ReadOnly, admin.ModelAdmin):
+    """The record of each erasure carried into the archive (which files, when)."""
+
+    list_display = ("erasure_id", "cut", "state", "created_at", "done_at")
+    ordering = ("-created_at",)
+    readonly_fields = [f.name for f in ArchiveRewrite._meta.fields]
 
 
 @admin.register(NamespaceRetention)

@@ -114,8 +114,7 @@ def _covering_hash(seq: int | None, cut: Cut) -> str:
 def gone(detail: str, *, cut: Cut, seq: int | None = None, pointer: str | None = None) -> Archived:
     """The 410 for something at or before ``cut`` (``seq``: its position, when known)."""
     return Archived(
-        f"{detail} It is archived: the log before seq {cut.seq + 1} is in the archive"
-        " (GET /api/v1/log/checkpoints).",
+        f"{detail} The log through seq {cut.seq} is in the archive (GET /api/v1/log/checkpoints).",
         seq=cut.seq,
         checkpoint=_covering_hash(seq, cut),
         archive=cut.location,

@@ -80,6 +80,16 @@ def test_an_erasure_rewrites_the_segments_and_re_signs_the_checkpoint(with_secre
     assert report.ok, report.problems  # the chain and the state digest still verify
 
 
+def test_the_admin_lists_the_rewrites_for_superusers(with_secret, archive_dir, client):
+    cut(LogHead.objects.get().seq + 1)
+    _erase(with_secret.root)
+    client.force_login(with_secret.root)
+    page = client.get("/admin/changesets/archiverewrite/")
+    assert page.status_code == 200 and "done" in page.content.decode()
+    record = ArchiveRewrite.objects.get()
+    assert client.get(f"/admin/changesets/archiverewrite/{record.pk}/change/").status_code == 200
+
+
 def test_an_erasure_before_the_signature_goes_into_the_segments_first(with_secret, archive_dir):
     head = LogHead.objects.get().seq
 
