@@ -190,20 +190,27 @@ class LockWaits:
         self.thread.join(timeout=10)
 
 
-def run_cut(through: int) -> dict[str, float]:
-    """The archiver, timed step by step (its pause hook marks each step's end)."""
+def run_cut(through: int, point: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """The archiver, timed step by step (its pause hook marks each step's end), and the
+    read comparison made at the switch (its time left out of the steps')."""
     from changesets.archive import archiver
 
     marks = [("start", time.perf_counter())]
+    compared: dict[str, Any] = {}
 
-    def mark(point: str) -> None:
-        if point in ("planned", "written", "verified", "signed", "switched", "removed"):
-            marks.append((point, time.perf_counter()))
+    def mark(name: str) -> None:
+        if name in ("planned", "written", "verified", "signed", "switched", "removed"):
+            marks.append((name, time.perf_counter()))
+        if name == "switched":
+            started = time.perf_counter()
+            compared.update(compare_reads(point))
+            compared["seconds"] = time.perf_counter() - started
 
     archiver.archive(before=through + 1, requested_by="bench", pause=mark)
     steps = {b[0]: b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False)}
-    steps["total"] = marks[-1][1] - marks[0][1]
-    return steps
+    steps["removed"] -= compared.get("seconds", 0.0)
+    steps["total"] = marks[-1][1] - marks[0][1] - compared.get("seconds", 0.0)
+    return steps, compared
 
 
 def main() -> None:
@@ -250,7 +257,6 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
     point = LogHead.objects.get().seq
     through = int(point * 0.9)
     before, archived_rows = sizes(), row_bytes(through)
-    reads_before = reads(point)
     context = mp.get_context("spawn")
     stop, results, ready = context.Event(), context.Queue(), context.Queue()
     writers = [
@@ -265,7 +271,7 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
         alone_started = time.time()
         time.sleep(2 if args.smoke else 10)  # the writers alone: the baseline
         cut_started = time.time()
-        steps = run_cut(through)
+        steps, compared = run_cut(through, point)
         cut_ended = time.time()
     time.sleep(1)
     stop.set()
@@ -278,8 +284,6 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     vacuumed = sizes()
-    reads_after = reads(point)
-    same = reads_after.pop("answers") == reads_before.pop("answers")
     cut = ArchiveCut.objects.get()
     segment_bytes = sum(cut.segments.values_list("bytes", flat=True))
     verify_archive_s = _timed_command("verify_archive", archive_dir, "--no-progress")
@@ -291,54 +295,75 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
         "sizes": {"before": before, "after_removal": after, "after_vacuum": vacuumed},
         "writers": args.writers, "alone_ms": summary(alone), "during_ms": summary(during),
         "verify_archive_s": verify_archive_s, "verify_log_s": verify_log_s,
-        "reads_before": reads_before, "reads_after": reads_after, "same_answers": same,
+        "reads": compared,
         "lock_waits": {"alone": waits.between(alone_started, cut_started),
                        "cut": waits.between(cut_started, cut_ended)},
     }  # fmt: skip
 
 
-def reads(point: int) -> dict[str, Any]:
-    """As-of and history reads at ``point``, timed (ms), their answers, the page's plan."""
-    from _common import repeat_ms
+def compare_reads(point: int) -> dict[str, Any]:
+    """At the switch (every row still hot, reads moved to the cut): the same reads at
+    ``point`` the way they ran before the cut (the revisions alone) and the way they run
+    after it (the state at the cut beside the hot revisions), interleaved, so load on
+    the machine hits both alike; their answers, and the as-of page's sequential scans."""
+    from _common import interleaved_ms
     from django.db import connection
 
+    from changesets.archive import boundary
     from changesets.selectors import asof
     from changesets.selectors.log import entity_history
     from entities.store import EntityKey
 
+    cut = boundary.current()
     keys = [EntityKey(NAMESPACES[i % 4], "doc", f"k{i * 7}") for i in range(20)]
 
-    def page() -> Any:
-        return asof.entities_as_of(seq=point, namespaces=None, namespace=NAMESPACES[1], limit=50)
+    def under(state: Any, fn: Any) -> Any:
+        boundary.prime(state)
+        try:
+            return fn()
+        finally:
+            boundary.prime(cut)
 
-    def singles() -> Any:
-        return [asof.entity_as_of(seq=point, key=k) for k in keys]
-
-    def history() -> Any:
-        return entity_history(key=keys[0], limit=50)
-
-    answers = [
-        [(e.key, e.content, e.version, e.updated_at) for e in page()],
-        [None if e is None else (e.content, e.version) for e in singles()],
-    ]
-    with connection.cursor() as cursor:
-        sql = asof._statement("namespace = %s", point) % (
-            point,
-            f"'{NAMESPACES[1]}'",
-            82,
-            point,
-            point,
-        )
-        cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
-        plan = cursor.fetchone()[0]
-    plan = plan if isinstance(plan, list) else json.loads(plan)
-    return {
-        "answers": answers,
-        "as_of_page_ms": summary(repeat_ms(page, 50, seconds=10)),
-        "as_of_20_entities_ms": summary(repeat_ms(singles, 20, seconds=10)),
-        "history_page_ms": summary(repeat_ms(history, 50, seconds=10)),
-        "seq_scans": _seq_scans(plan[0]["Plan"]),
+    reads = {
+        "as-of page (50)": lambda: asof.entities_as_of(
+            seq=point, namespaces=None, namespace=NAMESPACES[1], limit=50
+        ),
+        "20 entities as of": lambda: [asof.entity_as_of(seq=point, key=k) for k in keys],
+        "history page (50)": lambda: entity_history(key=keys[0], limit=50),
     }
+    out: dict[str, Any] = {"times": {}, "same": True, "seq_scans": {}}
+    for name, read in reads.items():
+        if name != "history page (50)":  # history ends at the cut: another answer, by design
+            hot, cutting = under(None, read), under(cut, read)
+            out["same"] = out["same"] and _comparable(hot) == _comparable(cutting)
+        out["times"][name] = {
+            label: summary(samples)
+            for label, samples in interleaved_ms(
+                {"before": lambda r=read: under(None, r), "after": lambda r=read: under(cut, r)},
+                40,
+                seconds=15,
+            ).items()
+        }
+    for label, state in (("before", None), ("after", cut)):
+        boundary.prime(state)
+        sql = asof._statement("namespace = %s", point) % (
+            point, f"'{NAMESPACES[1]}'", 82, point, point,
+        )  # fmt: skip
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
+            plan = cursor.fetchone()[0]
+        plan = plan if isinstance(plan, list) else json.loads(plan)
+        out["seq_scans"][label] = _seq_scans(plan[0]["Plan"])
+    boundary.forget()
+    return out
+
+
+def _comparable(result: Any) -> Any:
+    if isinstance(result, list):
+        return [_comparable(x) for x in result]
+    if result is None:
+        return None
+    return (result.key, result.content, result.version, result.updated_at, result.created_at)
 
 
 def _seq_scans(node: dict[str, Any]) -> list[str]:
@@ -408,17 +433,16 @@ def _report(r: dict, args: argparse.Namespace) -> str:
         " PostgreSQL share the machine's cores.",
         f"Offline `verify_archive`: {r['verify_archive_s']:.1f} s; `verify_log` from the"
         f" checkpoint: {r['verify_log_s']:.1f} s.",
-        "Reads at a point after the cut, before it (every row hot) and after it (the state at"
-        " the cut beside the hot rows), ms; answers"
-        f" {'identical' if r['same_answers'] else 'DIFFERENT'}; sequential scans in the as-of"
-        f" page's plan: before {r['reads_before']['seq_scans'] or 'none'}, after"
-        f" {r['reads_after']['seq_scans'] or 'none'}:",
+        "Reads at a point after the cut, timed at the switch (every row still hot) the way"
+        " they ran before the cut (the revisions alone) and the way they run after it (the"
+        " state at the cut beside the hot revisions), interleaved, ms; answers"
+        f" of the as-of reads {'identical' if r['reads']['same'] else 'DIFFERENT'} (history"
+        " ends at the cut); sequential scans in the"
+        f" as-of page's plan: before {r['reads']['seq_scans']['before'] or 'none'}, after"
+        f" {r['reads']['seq_scans']['after'] or 'none'}:",
         table(["read", "before p50", "before p99", "after p50", "after p99"], [
-            [name, r["reads_before"][key]["p50"], r["reads_before"][key]["p99"],
-             r["reads_after"][key]["p50"], r["reads_after"][key]["p99"]]
-            for name, key in (("as-of page (50)", "as_of_page_ms"),
-                              ("20 entities as of", "as_of_20_entities_ms"),
-                              ("history page (50)", "history_page_ms"))
+            [name, t["before"]["p50"], t["before"]["p99"], t["after"]["p50"], t["after"]["p99"]]
+            for name, t in r["reads"]["times"].items()
         ]),
     ])  # fmt: skip
 
