@@ -21,6 +21,7 @@ state at the older cut stays valid beside the newer one (``ArchiveBase``).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -159,23 +160,47 @@ COLUMNS = (
     "changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,"
     " before_version, after_version, changed"
 )
+_LIVE = re.compile(r"\{live:(\w+)\}")
 
 
 def revision_source(cut: Cut | None = None, *, table: str = "changesets_revision") -> str:
-    """SQL for ``FROM``: the revisions an as-of read at a point after the cut sees.
+    """SQL for ``FROM``: the revisions an as-of read sees (with :func:`live` on each alias).
 
     Without a cut, the revision table itself (the statement is unchanged). With
-    one, the hot revisions after the cut and the state at the cut, as one
-    relation with the revision's columns: PostgreSQL pushes each statement's
-    conditions into both arms, which have the same indexes (migration 0023),
-    and merges their index order (Merge Append), so the plan keeps its shape.
+    one, the revision table and the state at the cut as one relation with the
+    revision's columns plus ``arm`` (1: a revision, 2: a state row) and the
+    state rows' validity. The arms carry no WHERE of their own: PostgreSQL then
+    flattens them into one append relation, pushes each statement's conditions
+    into both (``live`` folds to one condition per arm) and merges their index
+    order (Merge Append); an arm with a WHERE stays a subquery, planned alone,
+    and its sorted index order is lost (a sort of every create of a namespace).
     """
     cut = cut or current()
     if cut is None:
         return table
-    c = int(cut.seq)
     return (
-        f"(SELECT id, {COLUMNS} FROM {table} WHERE seq > {c}"
-        f" UNION ALL SELECT revision_id, {COLUMNS} FROM changesets_archivebase"
-        f" WHERE valid_from <= {c} AND (valid_to IS NULL OR valid_to > {c}))"
+        f"(SELECT id, {COLUMNS}, 1 AS arm, NULL::bigint AS valid_from,"
+        f" NULL::bigint AS valid_to FROM {table}"
+        f" UNION ALL SELECT revision_id, {COLUMNS}, 2, valid_from, valid_to"
+        " FROM changesets_archivebase)"
     )
+
+
+def live(alias: str, cut: Cut | None) -> str:
+    """The condition (`` AND …``) that keeps, of :func:`revision_source`'s rows under
+    ``alias``, the revisions after the cut and the state rows valid at it."""
+    if cut is None:
+        return ""
+    c, a = int(cut.seq), alias
+    return (
+        f" AND (({a}.arm = 1 AND {a}.seq > {c}) OR ({a}.arm = 2 AND {a}.valid_from <= {c}"
+        f" AND ({a}.valid_to IS NULL OR {a}.valid_to > {c})))"
+    )
+
+
+def sourced(sql: str, cut: Cut | None = None) -> str:
+    """``sql`` with ``{source}`` as :func:`revision_source` and each ``{live:alias}``
+    as :func:`live` (both empty of change without a cut)."""
+    cut = cut or current()
+    sql = sql.replace("{source}", revision_source(cut))
+    return _LIVE.sub(lambda match: live(match[1], cut), sql)

@@ -74,7 +74,7 @@ SELECT c.namespace, c.kind, c.slug,
 FROM (
     SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, at
     FROM {source} AS changesets_revision
-    WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}
+    WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}{live:changesets_revision}
     ORDER BY namespace, kind, slug, seq DESC
     LIMIT %s
 ) c
@@ -82,7 +82,7 @@ CROSS JOIN LATERAL (
     SELECT (r.namespace, r.kind, r.slug) = (c.namespace, c.kind, c.slug) AS hit,
            r.after, r.after_version, r.at, r.changeset_id
     FROM {source} r
-    WHERE r.branch = '' AND {r_hash} = {c_hash} AND r.seq <= %s
+    WHERE r.branch = '' AND {r_hash} = {c_hash} AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC
     LIMIT 1
 ) h
@@ -90,7 +90,7 @@ LEFT JOIN LATERAL (
     SELECT r.after, r.after_version, r.at, r.changeset_id
     FROM {source} r
     WHERE NOT h.hit AND r.branch = '' AND r.namespace = c.namespace AND r.kind = c.kind
-      AND r.slug = c.slug AND r.seq <= %s
+      AND r.slug = c.slug AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC
     LIMIT 1
 ) x ON TRUE
@@ -104,7 +104,7 @@ def _statement(where: str, seq: int) -> str:
     cut = boundary.current()
     if cut is not None and seq <= cut.seq:
         raise boundary.gone("That point of the log is archived.", cut=cut, seq=seq)
-    return _AS_OF_SQL.replace("{source}", boundary.revision_source(cut)).format(where=where)
+    return boundary.sourced(_AS_OF_SQL, cut).format(where=where)
 
 
 # Extra keys per batch, so a few keys deleted at X rarely cost a second round trip.

@@ -44,20 +44,20 @@ SELECT c.namespace, c.kind, c.slug, d.differs,
 FROM (
     SELECT DISTINCT namespace, kind, slug
     FROM {source} AS changesets_revision
-    WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}
+    WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}{live:changesets_revision}
     ORDER BY namespace, kind, slug
     LIMIT %s
 ) c
 CROSS JOIN LATERAL (
     SELECT r.seq, r.after FROM {source} r
     WHERE r.branch = '' AND r.namespace = c.namespace AND r.kind = c.kind
-      AND r.slug = c.slug AND r.seq <= %s
+      AND r.slug = c.slug AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC LIMIT 1
 ) hi
 LEFT JOIN LATERAL (
     SELECT r.after FROM {source} r
     WHERE hi.seq > %s AND r.branch = '' AND r.namespace = c.namespace
-      AND r.kind = c.kind AND r.slug = c.slug AND r.seq <= %s
+      AND r.kind = c.kind AND r.slug = c.slug AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC LIMIT 1
 ) lo ON TRUE
 CROSS JOIN LATERAL (
@@ -73,7 +73,7 @@ def _diff_statement(where: str, bottom: int) -> str:
     cut = boundary.current()
     if cut is not None and bottom <= cut.seq:
         raise boundary.gone("That point of the log is archived.", cut=cut, seq=bottom)
-    return _DIFF_SQL.replace("{source}", boundary.revision_source(cut)).format(where=where)
+    return boundary.sourced(_DIFF_SQL, cut).format(where=where)
 
 
 def make_patch(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -111,7 +111,7 @@ _SCOPE_AS_OF = """
 SELECT namespace, kind, slug, after, after_version FROM (
     SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after, after_version
     FROM {source} AS changesets_revision
-    WHERE branch = '' AND seq <= %s AND {where}
+    WHERE branch = '' AND seq <= %s AND {where}{live:changesets_revision}
     ORDER BY namespace, kind, slug, seq DESC
 ) s
 WHERE after IS NOT NULL
@@ -125,7 +125,7 @@ def _sourced(sql: str, seq: int) -> str:
     cut = boundary.current()
     if cut is not None and seq <= cut.seq:
         raise boundary.gone("That point of the log is archived.", cut=cut, seq=seq)
-    return sql.replace("{source}", boundary.revision_source(cut))
+    return boundary.sourced(sql, cut)
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ _SCOPE_CHANGES = """
 WITH t AS (
     SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after
     FROM {source} AS changesets_revision
-    WHERE branch = '' AND seq <= %s AND {where_t}
+    WHERE branch = '' AND seq <= %s AND {where_t}{live:changesets_revision}
     ORDER BY namespace, kind, slug, seq DESC
 ), n AS (
     SELECT namespace_id, kind, slug, content, version FROM entities_entity WHERE {where_n}
