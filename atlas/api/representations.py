@@ -226,9 +226,6 @@ class RevisionSerializer(serializers.Serializer):
     changed = serializers.ListField(child=serializers.CharField(), help_text=CHANGED_HELP)
 
 
-# A page is one object, also where a viewset's ``list`` answers it (many=False keeps
-# drf-spectacular from describing it as an array of pages).
-@extend_schema_serializer(many=False)
 class ArchivedBeforeSerializer(serializers.Serializer):
     """Where a listing ends after an archive cut (API.md "Archive and retention")."""
 
@@ -239,6 +236,9 @@ class ArchivedBeforeSerializer(serializers.Serializer):
 ARCHIVED_HELP = "Present on the last page after an archive cut: older entries are archived."
 
 
+# A page is one object, also where a viewset's ``list`` answers it (many=False keeps
+# drf-spectacular from describing it as an array of pages).
+@extend_schema_serializer(many=False)
 class ChangesetPageSerializer(serializers.Serializer):
     results = ChangesetListItemSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)

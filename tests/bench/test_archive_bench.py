@@ -33,8 +33,8 @@ def test_the_archive_bench_runs_at_smoke_size(tmp_path):
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["revisions"] == 2000 and result["segments"] >= 1
+    assert result["revisions"] == 1800 and result["segments"] >= 1  # 90% of 2,000 cut
     assert result["during_ms"]["n"] > 0 and result["alone_ms"]["n"] > 0
-    assert result["changesets"] == 20  # 2,000 revisions in batches of 100, all cut
+    assert result["changesets"] == 18  # batches of 100
     text = doc.read_text()
     assert "## Archive cut (issue 21, phase 1)" in text and "| during the cut |" in text
