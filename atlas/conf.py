@@ -55,6 +55,18 @@ DEFAULTS: dict[str, Any] = {
     "ATLAS_DB_POOLING": "",
     "ATLAS_DIRECT_DATABASE_URL": "",
     "ATLAS_IDEMPOTENCY_LEASE_SECONDS": 60.0,
+    # Archive and retention (docs/retention.md). No signing key: archive_log refuses.
+    "ATLAS_ARCHIVE_SIGNING_KEY": "",
+    # Where a 410 says the archive is ("" = derived from STORAGES["atlas_archive"]).
+    "ATLAS_ARCHIVE_LOCATION": "",
+    # The folder used when a host project has no STORAGES["atlas_archive"].
+    "ATLAS_ARCHIVE_DIR": "atlas-archive",
+    "ATLAS_ARCHIVE_SEGMENT_REVISIONS": 100_000,
+    "ATLAS_ARCHIVE_DELETE_BATCH": 2_000,
+    "ATLAS_ARCHIVE_GRACE_SECONDS": 10.0,
+    "ATLAS_ARCHIVE_CUT_CACHE_SECONDS": 2.0,
+    # 0: no global retention (history stays hot unless a cut is made by hand).
+    "ATLAS_RETENTION_DAYS": 0,
 }
 
 

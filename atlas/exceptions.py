@@ -65,6 +65,10 @@ class Conflict(AtlasError):
     status, type, title = 409, "conflict", "Conflict"
 
 
+class Gone(AtlasError):
+    status, type, title = 410, "gone", "Gone"
+
+
 class PreconditionFailed(AtlasError):
     status, type, title = 412, "precondition-failed", "Precondition failed"
 

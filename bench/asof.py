@@ -112,7 +112,7 @@ def main() -> None:
     from django.db import connection, transaction
 
     from changesets.models import Changeset, Revision
-    from changesets.selectors.asof import _AS_OF_SQL, entities_as_of
+    from changesets.selectors.asof import _statement, entities_as_of
     from entities.models import Namespace
     from entities.store import baseline, entity_filters
 
@@ -188,7 +188,7 @@ def main() -> None:
         with connection.cursor() as cursor:
             for _ in range(3):  # the last of three: warm, like the timed runs
                 cursor.execute(
-                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + _AS_OF_SQL.format(where=where),
+                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + _statement(where, seq),
                     [seq, *params, args.page + 32, seq, seq],
                 )
                 plans[depth] = "\n".join(r[0] for r in cursor.fetchall())

@@ -58,6 +58,8 @@ class Branch(models.Model):
         null=True,
         blank=True,
         on_delete=models.DO_NOTHING,
+        # No database constraint: an archive cut removes old changesets (issue 21).
+        db_constraint=False,
         related_name="+",
     )
     fork_seq = models.BigIntegerField(default=0)
@@ -69,6 +71,8 @@ class Branch(models.Model):
         null=True,
         blank=True,
         on_delete=models.DO_NOTHING,
+        # No database constraint: an archive cut removes old changesets (issue 21).
+        db_constraint=False,
         related_name="+",
     )
     base_seq = models.BigIntegerField(default=0)
@@ -78,6 +82,8 @@ class Branch(models.Model):
         null=True,
         blank=True,
         on_delete=models.DO_NOTHING,
+        # No database constraint: an archive cut removes old changesets (issue 21).
+        db_constraint=False,
         related_name="+",
     )
     closed_at = models.DateTimeField(null=True, blank=True)

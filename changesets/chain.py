@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -337,55 +337,86 @@ def _v1_break(
     return None
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where a walk starts: after ``seq - 1``, whose hash (and v1 hash) are known.
+
+    ``Start()`` is the genesis; an archive checkpoint gives the start after its
+    cut (``changesets.archive``), so the hot log verifies from there.
+    """
+
+    seq: int = 1
+    hash: str = GENESIS
+    v1_hash: str | None = None
+
+
+def _rows_break(changeset: Any, revisions: list[Any], expected_seq: int, prev: str) -> Break | None:
+    """The rows' own shape: the next seq, chained to the previous hash, every revision
+    there, each with its changeset's seq, time and branch."""
+    if changeset.seq != expected_seq:
+        return Break(
+            expected_seq,
+            None,
+            f"seq {expected_seq} is missing (next is {changeset.seq}): a changeset was removed",
+        )
+    if changeset.prev_hash != prev:
+        return Break(changeset.seq, str(changeset.id), "prev_hash does not chain")
+    if len(revisions) != changeset.op_count:
+        return Break(
+            changeset.seq,
+            str(changeset.id),
+            f"{len(revisions)} revision rows, op_count says {changeset.op_count}",
+        )
+    for revision in revisions:
+        if (revision.seq, revision.at, revision.branch) != (
+            changeset.seq,
+            changeset.at,
+            changeset.branch,
+        ):
+            return Break(
+                changeset.seq,
+                str(changeset.id),
+                f"revision {revision.pk}'s seq, at or branch differs from its changeset's",
+            )
+    return None
+
+
 def verify(
-    changesets: Iterator[tuple[Any, list[Any]]], *, head: Any, stats: Stats | None = None
+    changesets: Iterator[tuple[Any, list[Any]]],
+    *,
+    head: Any,
+    stats: Stats | None = None,
+    start: Start | None = None,
+    digest_of: Callable[[Any, list[Any]], str] | None = None,
 ) -> tuple[int, Break | None]:
     """Walk ``(changeset, revisions)`` pairs in seq order; return (checked, first break).
 
-    Checks that seqs are contiguous from 1, that each ``prev_hash`` is the
-    previous ``hash``, that each ``hash`` recomputes from the rows as they are
-    now (erased members by their kept digests, which must still read as
-    erased), that old changesets' v1 hashes chain (``_v1_break``), and that
-    the log head names the last changeset. ``stats`` collects counts.
+    Checks that seqs are contiguous from ``start`` (seq 1 by default), that
+    each ``prev_hash`` is the previous ``hash``, that each ``hash`` recomputes
+    from the rows as they are now (erased members by their kept digests, which
+    must still read as erased), that old changesets' v1 hashes chain
+    (``_v1_break``), and that the log head names the last changeset (``head``
+    None: not checked). ``stats`` collects counts. ``digest_of(changeset,
+    revisions)`` gives the revisions' digest when the caller has computed it
+    already (the archive's verifier: member digests are most of the cost).
     """
     stats = stats if stats is not None else Stats()
-    expected_seq, prev = 1, GENESIS
-    prev_v1: str | None = None
+    start = start or Start()
+    expected_seq, prev = start.seq, start.hash
+    prev_v1: str | None = start.v1_hash
     checked = 0
     for changeset, revisions in changesets:
-        if changeset.seq != expected_seq:
-            return checked, Break(
-                expected_seq,
-                None,
-                f"seq {expected_seq} is missing (next is {changeset.seq}): a changeset was removed",
-            )
-        if changeset.prev_hash != prev:
-            return checked, Break(changeset.seq, str(changeset.id), "prev_hash does not chain")
-        if len(revisions) != changeset.op_count:
-            return checked, Break(
-                changeset.seq,
-                str(changeset.id),
-                f"{len(revisions)} revision rows, op_count says {changeset.op_count}",
-            )
-        for revision in revisions:
-            if (revision.seq, revision.at, revision.branch) != (
-                changeset.seq,
-                changeset.at,
-                changeset.branch,
-            ):
-                return checked, Break(
-                    changeset.seq,
-                    str(changeset.id),
-                    f"revision {revision.pk}'s seq, at or branch differs from its changeset's",
-                )
-        broken = _erased_break(changeset, revisions, stats) or _v1_break(
-            changeset, revisions, prev_v1, stats
+        broken = (
+            _rows_break(changeset, revisions, expected_seq, prev)
+            or _erased_break(changeset, revisions, stats)
+            or _v1_break(changeset, revisions, prev_v1, stats)
         )
         if broken is not None:
             return checked, broken
-        computed = changeset_hash(
-            prev_hash=prev, changeset=changeset, revisions_hex=revisions_digest(revisions)
+        revisions_hex = (
+            digest_of(changeset, revisions) if digest_of else revisions_digest(revisions)
         )
+        computed = changeset_hash(prev_hash=prev, changeset=changeset, revisions_hex=revisions_hex)
         if computed != changeset.hash:
             return checked, Break(
                 changeset.seq, str(changeset.id), "hash does not match the rows (edited)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from atlas.exceptions import BadRequest, Conflict, PayloadTooLarge
+from atlas.exceptions import BadRequest, Conflict, Gone, PayloadTooLarge
 
 
 class RevertConflict(Conflict):
@@ -57,4 +57,30 @@ class TooManyOps(PayloadTooLarge):
         body = super().as_problem()
         body["op_count"] = self.count
         body["limit"] = self.limit
+        return body
+
+
+class Archived(Gone):
+    """What was asked for lies at or before an archive cut: it is in the archive (410).
+
+    The problem names the checkpoint that covers it (its chain ``hash``) and
+    where the archive is (API.md "Archive and retention"), plus the cut as
+    ``archived_before``; ``docs/retention.md`` says how to read it there.
+    """
+
+    type, title = "archived", "Archived"
+
+    def __init__(
+        self, detail: str, *, seq: int, checkpoint: str, archive: str, pointer: str | None = None
+    ) -> None:
+        super().__init__(detail, pointer=pointer)
+        self.seq = seq
+        self.checkpoint = checkpoint
+        self.archive = archive
+
+    def as_problem(self) -> dict[str, Any]:
+        body = super().as_problem()
+        body["checkpoint"] = self.checkpoint
+        body["archive"] = self.archive
+        body["archived_before"] = {"seq": self.seq, "checkpoint": self.checkpoint}
         return body

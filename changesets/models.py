@@ -421,3 +421,14 @@ class ChainUpgrade(models.Model):
 
     def __str__(self) -> str:
         return f"{self.from_version} → {self.to_version} at seq {self.seq}"
+
+
+# The archive's tables live in their own room (``changesets.archive``); imported
+# here so that Django registers them with this app.
+from changesets.archive.models import (  # noqa: E402, F401
+    ArchiveBase,
+    ArchiveCut,
+    ArchiveRewrite,
+    ArchiveSegment,
+    NamespaceRetention,
+)

@@ -14,13 +14,19 @@ autodiscovers this module.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from celery import shared_task
 
 from atlas import conf
+from changesets.archive import archiver, locks, retention, storage
 from changesets.outbox import (
     journal,
     pumps,  # noqa: F401 - registers the pump's tasks (module doc)
 )
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="changesets.journal_publish", acks_late=True)
@@ -47,3 +53,26 @@ def journal_sweep() -> dict[str, int]:
     return journal.journal_sweep(
         older_than_seconds=conf.get("ATLAS_JOURNAL_SWEEP_AGE_SECONDS")
     ).as_dict()
+
+
+@shared_task(name="changesets.archive_retention", acks_late=True)
+def archive_retention() -> dict[str, Any]:
+    """Beat: cut the log where retention says (docs/retention.md) and finish any cut or
+    erasure rewrite a crash left; the same archiver as ``archive_log``. Skips (and
+    says so) while another archiver holds the lock or no signing key is set."""
+    try:
+        wanted, outcome = retention.apply()
+    except locks.Busy:
+        return {"status": "busy"}
+    except (storage.NotConfigured, archiver.ArchiveFailed) as exc:
+        logger.error("archive retention: %s", exc)
+        return {"status": "failed", "error": str(exc)}
+    if outcome is None:
+        return {"status": "nothing", "policy": wanted.reason}
+    return {
+        "status": "done",
+        "policy": wanted.reason,
+        "cuts": [cut.seq for cut in outcome.cuts],
+        "rewrites": outcome.rewrites,
+        "limits": outcome.plan.limits if outcome.plan else [],
+    }

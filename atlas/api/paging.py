@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from atlas import replicas
 from atlas.api.strict import QueryIntField, refuse_naming
 from atlas.exceptions import BadRequest, ValidationFailed
+from changesets.archive import boundary
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -171,6 +172,7 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
     "Page",
+    "archived_page",
     "check_known_params",
     "decode_token",
     "encode_token",
@@ -180,3 +182,11 @@ __all__ = [
     "page_size",
     "resume_after",
 ]
+
+
+def archived_page(body: dict[str, Any]) -> dict[str, Any]:
+    """A listing's last page ends at the archive cut, and says so (``archived_before``:
+    API.md "Archive and retention"); without a cut the body is unchanged."""
+    if body.get("next_page_token") is None and (marker := boundary.marker()) is not None:
+        body["archived_before"] = marker
+    return body

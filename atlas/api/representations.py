@@ -236,14 +236,26 @@ class RevisionSerializer(serializers.Serializer):
     changed = serializers.ListField(child=serializers.CharField(), help_text=CHANGED_HELP)
 
 
+class ArchivedBeforeSerializer(serializers.Serializer):
+    """Where a listing ends after an archive cut (API.md "Archive and retention")."""
+
+    seq = serializers.IntegerField(help_text="the last archived seq: the cut")
+    checkpoint = serializers.CharField(help_text="the chain hash the cut's checkpoint signs")
+
+
+ARCHIVED_HELP = "Present on the last page after an archive cut: older entries are archived."
+
+
 # A page is one object, also where a viewset's ``list`` answers it (many=False keeps
 # drf-spectacular from describing it as an array of pages).
 @extend_schema_serializer(many=False)
 class ChangesetPageSerializer(serializers.Serializer):
     results = ChangesetListItemSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)
+    archived_before = ArchivedBeforeSerializer(required=False, help_text=ARCHIVED_HELP)
 
 
 class RevisionPageSerializer(serializers.Serializer):
     results = RevisionSerializer(many=True)
     next_page_token = serializers.CharField(allow_null=True)
+    archived_before = ArchivedBeforeSerializer(required=False, help_text=ARCHIVED_HELP)

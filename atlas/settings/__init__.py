@@ -17,7 +17,8 @@ the environment itself and imports what it needs of another only from
 - ``base``: Django itself (apps, middleware, templates, auth, static, DRF, logging);
 - ``database``: the connection, pooling, session options, read replicas;
 - ``limits``: request size limits, Idempotency-Key lifetimes;
-- ``celery``: Celery, the journal relay and sweep, webhooks.
+- ``celery``: Celery, the journal relay and sweep, webhooks;
+- ``archive``: archive signing, segments and retention.
 
 A project that extends these settings imports them as one module
 (``from atlas.settings import *``, as ``bench/settings.py`` does).
@@ -25,6 +26,7 @@ A project that extends these settings imports them as one module
 
 from __future__ import annotations
 
+from atlas.settings.archive import *  # noqa: F403
 from atlas.settings.base import *  # noqa: F403
 from atlas.settings.celery import *  # noqa: F403
 from atlas.settings.database import *  # noqa: F403

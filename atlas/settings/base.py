@@ -94,6 +94,14 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on a missing 
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Archive segments and checkpoints (docs/retention.md): a local folder by default;
+    # S3-compatible storage through django-storages is a STORAGES entry like any other.
+    "atlas_archive": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {
+            "location": os.environ.get("ATLAS_ARCHIVE_DIR", str(BASE_DIR / ".atlas" / "archive"))
+        },
+    },
 }
 
 # --- REST framework -------------------------------------------------------------

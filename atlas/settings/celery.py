@@ -83,6 +83,8 @@ ATLAS_WEBHOOK_MAX_ATTEMPTS = env_int("ATLAS_WEBHOOK_MAX_ATTEMPTS", 20)
 # After rotate-secret, deliveries are signed with the old secret too for this long.
 ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS = env_float("ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS", 86400)
 
+# How often beat runs the archive's retention task (docs/retention.md).
+ATLAS_RETENTION_INTERVAL_SECONDS = env_float("ATLAS_RETENTION_INTERVAL_SECONDS", 86400)
 CELERY_BEAT_SCHEDULE: dict = {
     "journal-sweep": {
         "task": "changesets.journal_sweep",
@@ -94,5 +96,12 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "changesets.subscriptions_wake",
         "schedule": ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": ATLAS_SUBSCRIPTION_SWEEP_INTERVAL_SECONDS},
+    },
+    # Applies ATLAS_RETENTION_DAYS and the namespaces' retention (a no-op when none is
+    # set) and finishes any interrupted cut or erasure rewrite of the archive.
+    "archive-retention": {
+        "task": "changesets.archive_retention",
+        "schedule": ATLAS_RETENTION_INTERVAL_SECONDS,
+        "options": {"expires": ATLAS_RETENTION_INTERVAL_SECONDS},
     },
 }

@@ -3,4 +3,4 @@
 Django's autodiscovery imports this package; the modules register on import.
 """
 
-from changesets.admin import erasures, log, subscriptions  # noqa: F401
+from changesets.admin import archive, erasures, log, subscriptions  # noqa: F401

@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from atlas.admin_keyset import KeysetAdminMixin, page_position
 from atlas.admin_mixins import NamespaceScopedAdmin, admin_roles, pretty_json
-from changesets.admin import pages, revert, trash
+from changesets.admin import archive, pages, revert, trash
 from changesets.admin.changelist import AuthorFilter, BranchFilter, NamespaceFilter, UntilFilter
 from changesets.admin.search import (
     Candidate,
@@ -86,7 +86,7 @@ def _revisions_kept(queryset: QuerySet, batch: list[Candidate]) -> list[int]:
 
 
 @admin.register(Changeset)
-class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
+class ChangesetAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdmin):
     namespaces_array_field = "namespaces"
     list_display = (
         "seq_label",
@@ -109,6 +109,10 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     list_select_related = ("journal",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
+        """The scoped changesets (:meth:`_scoped`), after the archive cut if there is one."""
+        return archive.after_cut(self._scoped(request))
+
+    def _scoped(self, request: HttpRequest) -> QuerySet:
         """Scoped to the readable namespaces, or on the changelist to the readable
         namespace its filter names: that alone is the visibility test, and with
         the overlap as well the planner multiplied the two selectivities and
@@ -201,6 +205,7 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
             *super().get_urls(),
         ]
 
+    @archive.shows_archived
     def change_view(
         self,
         request: HttpRequest,
@@ -216,6 +221,7 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
         # Django's LogEntry history would always be empty: the log is the history.
         return HttpResponseRedirect(reverse("admin:changesets_changeset_change", args=[object_id]))
 
+    @archive.shows_archived
     def revert_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return revert.revert_view(self, request, object_id)
 
@@ -224,7 +230,7 @@ class ChangesetAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
 
 
 @admin.register(Revision)
-class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
+class RevisionAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdmin):
     namespace_field = "namespace"
     list_display = (
         "seq",
@@ -255,6 +261,9 @@ class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
         "diff",
     )
     readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return archive.after_cut(super().get_queryset(request))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
@@ -326,6 +335,7 @@ class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     def entity_history_view(
         self, request: HttpRequest, namespace: str, kind: str, slug: str
     ) -> HttpResponse:
+        archive.banner(request)
         return pages.entity_history_view(self, request, namespace, kind, slug)
 
     def trash_index_view(self, request: HttpRequest) -> HttpResponse:
@@ -334,11 +344,13 @@ class RevisionAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
     def trash_view(self, request: HttpRequest, namespace: str) -> HttpResponse:
         return trash.trash_view(self, request, namespace)
 
+    @archive.shows_archived
     def restore_view(
         self, request: HttpRequest, namespace: str, kind: str, slug: str
     ) -> HttpResponse:
         return trash.restore_view(self, request, namespace, kind, slug)
 
+    @archive.shows_archived
     def entity_as_of_view(
         self, request: HttpRequest, namespace: str, kind: str, slug: str, changeset_id: Any
     ) -> HttpResponse:

@@ -23,6 +23,7 @@ from django.utils.http import urlencode
 
 from atlas.admin_mixins import admin_roles, pretty_json
 from changesets.admin.diff import diff_images
+from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, JournalEntry, Revision
 from changesets.selectors.asof import entity_as_of
 from changesets.selectors.log import entity_has_history, entity_history
@@ -81,6 +82,13 @@ def visible_changeset(model_admin: ModelAdmin, request: HttpRequest, object_id: 
         raise Http404("No such changeset.") from exc
     changeset = model_admin.get_queryset(request).filter(pk=pk).first()
     if changeset is None:
+        if boundary.current() is not None:
+            # The list ends at the cut: a changeset through it (still being removed,
+            # or an unknown id that may be archived) is archived.
+            held = Changeset.objects.filter(pk=pk).values_list("seq", flat=True).first()
+            if held is not None:
+                boundary.check_seq(held, "That changeset is archived.")
+            boundary.check_unknown_changeset(pk)
         raise Http404("No such changeset.")
     return changeset
 
@@ -178,8 +186,8 @@ def entity_history_view(
     branch = request.GET.get("branch", BASELINE)
     before = request.GET.get("before")
     before_seq = int(before) if before and before.isdigit() else None
-    if not entity_has_history(key=key, branch=branch):
-        raise Http404("No such entity.")
+    if boundary.current() is None and not entity_has_history(key=key, branch=branch):
+        raise Http404("No such entity.")  # after a cut, an empty history ends at it
     revisions = entity_history(
         key=key, branch=branch, before_seq=before_seq, limit=HISTORY_PER_PAGE + 1
     )
@@ -234,6 +242,7 @@ def entity_as_of_view(
         changesets = changesets.filter(namespaces__overlap=readable)
     changeset = changesets.first()
     if changeset is None:
+        boundary.check_unknown_changeset(changeset_id)
         raise Http404("No such changeset.")
     then = entity_as_of(seq=changeset.seq, key=key)
     live = Entity.objects.filter(namespace_id=key.namespace, kind=key.kind, slug=key.slug).first()

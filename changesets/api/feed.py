@@ -23,6 +23,7 @@ from atlas.api.openapi import PAGE_PARAMS, PROBLEM
 from atlas.exceptions import NotFound, PermissionDenied
 from atlas.replicas import replica_read
 from changesets.api import feed_serializers as s
+from changesets.archive import boundary
 from changesets.models import Subscription
 from changesets.outbox import metrics
 from changesets.outbox import subscriptions as subs
@@ -37,7 +38,7 @@ class ChangeFeedViewSet(viewsets.ViewSet):
         operation_id="changes_list",
         summary="The change feed: baseline changes after a cursor, in commit order",
         parameters=[s.FeedQuery],
-        responses={200: s.FeedPageSerializer, 400: PROBLEM, 422: PROBLEM},
+        responses={200: s.FeedPageSerializer, 400: PROBLEM, 410: PROBLEM, 422: PROBLEM},
     )
     @replica_read()
     def list(self, request: Request) -> Response:
@@ -45,9 +46,13 @@ class ChangeFeedViewSet(viewsets.ViewSet):
         query = strict.validated(s.FeedQuery, request.query_params)
         readable = access.readable_namespaces(request.user)
         namespaces = feed.effective_namespaces(readable, query.get("namespace"))
+        after_seq = query["after_seq"]
+        cut = boundary.current()
+        if cut is not None and "since" not in query:
+            after_seq = cut.seq  # "from the beginning" begins at the cut
         with metrics.feed_page_timer("pull"):
             page = feed.feed_page(
-                after_seq=query["after_seq"],
+                after_seq=after_seq,
                 namespaces=namespaces,
                 capture=query["capture"],
                 limit=query["limit"],
@@ -56,6 +61,8 @@ class ChangeFeedViewSet(viewsets.ViewSet):
         body["watermark"] = feed.visible_watermark(body["watermark"], readable)
         if not page.records and "since" in query:
             body["next_cursor"] = query["since"]  # an empty page keeps the reader where it was
+        if cut is not None and after_seq == cut.seq:
+            body["archived_before"] = boundary.marker(cut)  # what came before is archived
         return Response(body)
 
 

@@ -18,7 +18,7 @@ from rest_framework.fields import empty
 from atlas.api import strict
 from atlas.api.inputs import namespace_field
 from atlas.api.render import rfc3339
-from atlas.api.representations import WithContextField
+from atlas.api.representations import ArchivedBeforeSerializer, WithContextField
 from changesets.models import Capture, Subscription
 from changesets.outbox import subscriptions as subs
 from changesets.selectors import feed
@@ -74,6 +74,9 @@ class FeedPageSerializer(serializers.Serializer):
     next_cursor = serializers.CharField()
     watermark = WatermarkSerializer
     capture = serializers.ChoiceField(choices=CAPTURES)
+    archived_before = ArchivedBeforeSerializer(
+        required=False, help_text="Present when the page starts at an archive cut."
+    )
 
 
 _SUBSCRIPTION_FIELDS: dict[str, serializers.Field] = {

@@ -106,7 +106,13 @@ class RevisionViewSet(ViewSet):
         operation_id="revisions_list",
         summary="Revisions across a namespace, newest first; by key with ?key=",
         parameters=[RevisionsQuery, *PAGE_PARAMS, BRANCH_PARAM],
-        responses={200: RevisionListSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={
+            200: RevisionListSerializer,
+            400: PROBLEM,
+            404: PROBLEM,
+            410: PROBLEM,
+            422: PROBLEM,
+        },
     )
     @replica_read()
     def list(self, request: Request) -> Response:
@@ -130,10 +136,12 @@ class RevisionViewSet(ViewSet):
             position_of=lambda revision: f"{revision.seq}.{revision.id}",
         )
         return Response(
-            {
-                "results": [revision_repr(r) for r in page.results],
-                "next_page_token": page.next_page_token,
-            }
+            paging.archived_page(
+                {
+                    "results": [revision_repr(r) for r in page.results],
+                    "next_page_token": page.next_page_token,
+                }
+            )
         )
 
 
@@ -146,7 +154,7 @@ class DiffViewSet(ViewSet):
         operation_id="diff_list",
         summary="Entities whose content differs between two points, in key order",
         parameters=[NamespaceDiffQuery, *PAGE_PARAMS, BRANCH_PARAM],
-        responses={200: DiffPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={200: DiffPageSerializer, 400: PROBLEM, 404: PROBLEM, 410: PROBLEM, 422: PROBLEM},
     )
     @replica_read()
     def list(self, request: Request) -> Response:

@@ -7,11 +7,11 @@ so "import" is never taken for an id.
 
 from rest_framework.routers import SimpleRouter
 
-from changesets.api import erase, history, views
+from changesets.api import erase, history, log, views
 
 router = SimpleRouter(trailing_slash=False, use_regex_path=False)
 router.register("changesets", views.ChangesetViewSet, basename="changeset")
-router.register("log", views.LogViewSet, basename="log")
+router.register("log", log.LogViewSet, basename="log")
 router.register("revisions", history.RevisionViewSet, basename="revision")
 router.register("diff", history.DiffViewSet, basename="diff")
 router.register("erase", erase.EraseViewSet, basename="erase")

@@ -1,4 +1,4 @@
-"""Changeset endpoints: one viewset over the log, and ``GET /log/head``.
+"""Changeset endpoints: one viewset over the log (``GET /log/...`` is in ``log``).
 
 Thin: an input serializer (:mod:`changesets.api.serializers`), one selector
 or service, a representation. Paging is :func:`atlas.api.paging.keyset_page`.
@@ -16,12 +16,10 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
-    inline_serializer,
 )
-from rest_framework import serializers, viewsets
+from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -34,13 +32,11 @@ from atlas.api.inputs import ref_key
 from atlas.api.openapi import BRANCH_PARAM, IDEMPOTENCY_PARAM, PAGE_PARAMS, PROBLEM
 from atlas.api.parsers import read_limited
 from atlas.api.provenance import request_context
-from atlas.api.render import rfc3339
 from atlas.exceptions import NotFound, UnsupportedMediaType
 from atlas.replicas import replica_read
 from changesets import ndjson
 from changesets.api import serializers as s
 from changesets.api.filters import ChangesetFilter, filter_digest
-from changesets.chain import GENESIS
 from changesets.models import Changeset
 from changesets.selectors.log import (
     changeset_get,
@@ -48,7 +44,6 @@ from changesets.selectors.log import (
     changeset_ops,
     changeset_revisions,
     first_ops,
-    log_head,
     sees_every_namespace,
     visible_op_counts,
 )
@@ -60,7 +55,7 @@ from entities import access
 # many ops per changeset; one changeset pages its ops, this many by default.
 LIST_OPS = 100
 DEFAULT_OPS_PAGE_SIZE = 100
-_WRITE_PROBLEMS = {code: PROBLEM for code in (400, 403, 404, 409, 413, 415, 422)}
+_WRITE_PROBLEMS = {code: PROBLEM for code in (400, 403, 404, 409, 410, 413, 415, 422)}
 
 
 class NdjsonParser(BaseParser):
@@ -111,7 +106,7 @@ class ChangesetViewSet(viewsets.ViewSet):
         operation_id="changesets_list",
         summary="Changesets, newest first",
         parameters=[ChangesetFilter, *PAGE_PARAMS],
-        responses={200: r.ChangesetPageSerializer, 400: PROBLEM, 422: PROBLEM},
+        responses={200: r.ChangesetPageSerializer, 400: PROBLEM, 410: PROBLEM, 422: PROBLEM},
     )
     @replica_read()
     def list(self, request: Request) -> Response:
@@ -141,7 +136,9 @@ class ChangesetViewSet(viewsets.ViewSet):
             )
             for c in page.results
         ]
-        return Response({"results": results, "next_page_token": page.next_page_token})
+        return Response(
+            paging.archived_page({"results": results, "next_page_token": page.next_page_token})
+        )
 
     @extend_schema(
         operation_id="changesets_get",
@@ -157,7 +154,13 @@ class ChangesetViewSet(viewsets.ViewSet):
                 "page_token", OpenApiTypes.STR, description="ops_next_page_token of a page"
             ),
         ],
-        responses={200: r.ChangesetDetailSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={
+            200: r.ChangesetDetailSerializer,
+            400: PROBLEM,
+            404: PROBLEM,
+            410: PROBLEM,
+            422: PROBLEM,
+        },
     )
     def retrieve(self, request: Request, changeset_id: str) -> Response:
         paging.check_known_params(request, {"page_size", "page_token"})
@@ -193,7 +196,13 @@ class ChangesetViewSet(viewsets.ViewSet):
         operation_id="changesets_revisions",
         summary="A changeset's revision rows (before and after images), in op order, paged",
         parameters=PAGE_PARAMS,
-        responses={200: r.RevisionPageSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={
+            200: r.RevisionPageSerializer,
+            400: PROBLEM,
+            404: PROBLEM,
+            410: PROBLEM,
+            422: PROBLEM,
+        },
     )
     @action(detail=True, methods=["get"])
     def revisions(self, request: Request, changeset_id: str) -> Response:
@@ -250,6 +259,7 @@ class ChangesetViewSet(viewsets.ViewSet):
         responses={
             (200, ndjson.MEDIA_TYPE): OpenApiResponse(OpenApiTypes.STR),
             404: PROBLEM,
+            410: PROBLEM,
         },
     )
     @action(detail=True, methods=["get"])
@@ -311,33 +321,3 @@ class ChangesetViewSet(viewsets.ViewSet):
             else None
         )
         return Response({"changeset": rendered, "ops": result.ops, "dry_run": dry_run})
-
-
-# The log as a whole; ``head`` anchors it elsewhere (``GET /log/head``).
-class LogViewSet(viewsets.ViewSet):
-    permission_classes = [IsAuthenticated]  # API.md: any authenticated user, nobody else
-
-    @extend_schema(
-        operation_id="log_head",
-        summary="The newest seq and chain hash, to anchor the log elsewhere",
-        responses={
-            200: inline_serializer(
-                "LogHead",
-                {
-                    "seq": serializers.IntegerField(),
-                    "hash": serializers.CharField(),
-                    "at": serializers.DateTimeField(allow_null=True),
-                },
-            )
-        },
-    )
-    @action(detail=False, methods=["get"])
-    def head(self, request: Request) -> Response:
-        head = log_head()
-        return Response(
-            {
-                "seq": head.seq if head else 0,
-                "hash": (head.hash if head else "") or GENESIS,
-                "at": rfc3339(head.at) if head else None,
-            }
-        )

@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from atlas import conf
 from atlas.api.render import rfc3339
+from changesets.exceptions import Archived
 from changesets.models import Subscription
 from changesets.outbox import metrics, webhooks
 from changesets.outbox.payloads import Outgoing, plan_delivery
@@ -97,13 +98,17 @@ def deliver_next_page(subscription_id: str) -> StepResult:
         now = timezone.now()
         if subscription.next_attempt_at is not None and subscription.next_attempt_at > now:
             return StepResult("backoff")
-        with metrics.feed_page_timer("push"):
-            page = feed.feed_page(
-                after_seq=subscription.cursor_seq,
-                namespaces=subscription.namespaces or None,
-                capture=subscription.capture,
-                limit=conf.get("ATLAS_WEBHOOK_PAGE_SIZE"),
-            )
+        try:
+            with metrics.feed_page_timer("push"):
+                page = feed.feed_page(
+                    after_seq=subscription.cursor_seq,
+                    namespaces=subscription.namespaces or None,
+                    capture=subscription.capture,
+                    limit=conf.get("ATLAS_WEBHOOK_PAGE_SIZE"),
+                )
+        except Archived as exc:
+            _park_archived(subscription, exc, at=now)
+            return StepResult("parked")
         if not page.records:
             return StepResult("idle")
         out = plan_delivery(subscription, page)
@@ -192,6 +197,25 @@ def _record_failure(
         delay,
     )
     return StepResult("failed", retry_in=delay)
+
+
+def _park_archived(subscription: Subscription, exc: Archived, *, at: datetime) -> None:
+    """Park a subscription whose cursor lies before an archive cut (it was inactive while
+    the cut was made): what it is owed is in the archive. ``skip`` moves it to the cut."""
+    error = (
+        f"the changesets after seq {subscription.cursor_seq} through {exc.seq} are archived"
+        f" (checkpoint {exc.checkpoint}); skip moves the cursor to the cut"
+    )
+    Subscription.objects.filter(pk=subscription.pk).update(
+        parked_seq=exc.seq,
+        parked_part=None,
+        parked_error=error,
+        parked_attempts=0,
+        parked_at=at,
+        last_error=f"{rfc3339(at)} {error}"[:MAX_ERROR_LENGTH],
+        next_attempt_at=None,
+    )
+    logger.warning("subscription %s parked: %s", subscription.id, error)
 
 
 def _park(

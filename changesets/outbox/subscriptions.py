@@ -22,6 +22,7 @@ from django.utils import timezone
 from atlas import conf
 from atlas.api.render import rfc3339
 from atlas.exceptions import Conflict, NotFound, ValidationFailed
+from changesets.archive import boundary
 from changesets.models import Capture, Subscription
 from changesets.outbox import pumps
 from changesets.outbox.webhooks import UnsafeAddress, new_secret, resolve_webhook_host
@@ -122,10 +123,10 @@ def subscription_create(
     """Create a subscription with a fresh secret; its pump is woken after commit.
 
     ``start="beginning"`` delivers the whole baseline history first (as a
-    pull reader without ``since`` would read it); ``start="now"`` begins at
-    the current watermark.
+    pull reader without ``since`` would read it: after an archive cut, from
+    the cut); ``start="now"`` begins at the current watermark.
     """
-    cursor_seq = feed.watermark()["seq"] if start == "now" else 0
+    cursor_seq = feed.watermark()["seq"] if start == "now" else boundary.floor()
     subscription = Subscription.objects.create(
         name=name,
         url=url,

@@ -18,6 +18,11 @@ depend on how far back X is:
    X costs a few round trips, never a scan of everything. (A single statement
    with the LIMIT outside the walk lets the planner join every key first and
    sort afterwards: ten times slower on the benchmark.)
+
+After an archive cut at C, the revisions read are the hot ones after C beside
+the state at C (``changesets.archive.boundary.revision_source``): for X after
+C that is every row steps 1 and 2 need, so the answer is the one the full log
+gave. X at or before C is archived (410).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from atlas.exceptions import BadRequest, NotFound
 from atlas.replicas import read_connection
+from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset
 from changesets.selectors.log import end_of_millisecond, seq_upto, visible_changesets
 from changesets.selectors.rows import from_micros
@@ -67,30 +73,40 @@ SELECT c.namespace, c.kind, c.slug,
        CASE WHEN h.hit THEN h.changeset_id ELSE x.changeset_id END
 FROM (
     SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, at
-    FROM changesets_revision
-    WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}
+    FROM {source} AS changesets_revision
+    WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}{live:changesets_revision}
     ORDER BY namespace, kind, slug, seq DESC
     LIMIT %s
 ) c
 CROSS JOIN LATERAL (
     SELECT (r.namespace, r.kind, r.slug) = (c.namespace, c.kind, c.slug) AS hit,
            r.after, r.after_version, r.at, r.changeset_id
-    FROM changesets_revision r
-    WHERE r.branch = '' AND {r_hash} = {c_hash} AND r.seq <= %s
+    FROM {source} r
+    WHERE r.branch = '' AND {r_hash} = {c_hash} AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC
     LIMIT 1
 ) h
 LEFT JOIN LATERAL (
     SELECT r.after, r.after_version, r.at, r.changeset_id
-    FROM changesets_revision r
+    FROM {source} r
     WHERE NOT h.hit AND r.branch = '' AND r.namespace = c.namespace AND r.kind = c.kind
-      AND r.slug = c.slug AND r.seq <= %s
+      AND r.slug = c.slug AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC
     LIMIT 1
 ) x ON TRUE
 ORDER BY c.namespace, c.kind, c.slug
 """
 _AS_OF_SQL = _as_of_sql(KEY_HASH)
+
+
+def _statement(where: str, seq: int) -> str:
+    """The as-of statement for ``where``, over the revisions a read at ``seq`` sees."""
+    cut = boundary.current()
+    if cut is not None and seq <= cut.seq:
+        raise boundary.gone("That point of the log is archived.", cut=cut, seq=seq)
+    return boundary.sourced(_AS_OF_SQL, cut).format(where=where)
+
+
 # Extra keys per batch, so a few keys deleted at X rarely cost a second round trip.
 _SLACK = 32
 
@@ -174,6 +190,9 @@ def as_of_resolve(
        no point in baseline's history).
     3. By time: the newest visible baseline changeset at or before ``at``
        (:func:`as_of_time`); none → 404.
+    4. After an archive cut: a changeset at or before it, an unknown id that
+       may be archived, or a time whose point is at or before it → 410
+       (``changesets.archive.boundary``).
 
     ``name`` is the query parameter the errors point at (``/as_of``,
     ``/as_of_time``; a diff's ``/from``, ``/to_time``).
@@ -185,16 +204,27 @@ def as_of_resolve(
     if changeset_id is not None:
         changeset = as_of_changeset(changeset_id=changeset_id, namespaces=namespaces)
         if changeset is None:
+            boundary.check_unknown_changeset(changeset_id, pointer=f"/{name}")
             raise NotFound("No such changeset.", pointer=f"/{name}")
         if changeset.branch:
             raise BadRequest(
                 "As-of reads are baseline only; that changeset landed on a branch.",
                 pointer=f"/{name}",
             )
+        boundary.check_seq(changeset.seq, "That changeset is archived.", pointer=f"/{name}")
         return changeset
     if at is None:
         raise TypeError("as_of_resolve needs changeset_id or at")
     changeset = as_of_time(at=at, namespaces=namespaces)
+    cut = boundary.current()
+    if cut is not None and (changeset is None or changeset.seq <= cut.seq):
+        # The point that time names lies at or before the cut (or before the log the
+        # caller can see began): archived, whether or not a hot changeset is older.
+        raise boundary.gone(
+            "That time resolves to a point at or before the archive cut.",
+            cut=cut,
+            pointer=f"/{name}_time",
+        )
     if changeset is None:
         raise NotFound("No changeset at or before that time.", pointer=f"/{name}_time")
     return changeset
@@ -225,7 +255,7 @@ def entities_as_of(
             after=after,
         )
         with read_connection().cursor() as cursor:
-            cursor.execute(_AS_OF_SQL.format(where=where), [seq, *params, batch, seq, seq])
+            cursor.execute(_statement(where, seq), [seq, *params, batch, seq, seq])
             rows = cursor.fetchall()
         out.extend(_entity(row) for row in rows if row[3] is not None)
         if len(out) >= limit or len(rows) < batch:
@@ -236,7 +266,7 @@ def entities_as_of(
 
 def entity_as_of(*, seq: int, key: EntityKey) -> StoredEntity | None:
     """One entity as it stood right after changeset ``seq`` (None if absent then)."""
-    sql = _AS_OF_SQL.format(where="namespace = %s AND kind = %s AND slug = %s")
+    sql = _statement("namespace = %s AND kind = %s AND slug = %s", seq)
     with read_connection().cursor() as cursor:
         cursor.execute(sql, [seq, key.namespace, key.kind, key.slug, 1, seq, seq])
         row = cursor.fetchone()

@@ -24,6 +24,7 @@ import jsonpatch
 
 from atlas.exceptions import BadRequest
 from atlas.replicas import read_connection
+from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset
 from changesets.ops import canonical
 from changesets.selectors import asof
@@ -43,21 +44,21 @@ SELECT c.namespace, c.kind, c.slug, d.differs,
        CASE WHEN d.differs THEN hi.after END, CASE WHEN d.differs THEN lo.after END
 FROM (
     SELECT DISTINCT namespace, kind, slug
-    FROM changesets_revision
-    WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}
+    FROM {source} AS changesets_revision
+    WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}{live:changesets_revision}
     ORDER BY namespace, kind, slug
     LIMIT %s
 ) c
 CROSS JOIN LATERAL (
-    SELECT r.seq, r.after FROM changesets_revision r
+    SELECT r.seq, r.after FROM {source} r
     WHERE r.branch = '' AND r.namespace = c.namespace AND r.kind = c.kind
-      AND r.slug = c.slug AND r.seq <= %s
+      AND r.slug = c.slug AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC LIMIT 1
 ) hi
 LEFT JOIN LATERAL (
-    SELECT r.after FROM changesets_revision r
+    SELECT r.after FROM {source} r
     WHERE hi.seq > %s AND r.branch = '' AND r.namespace = c.namespace
-      AND r.kind = c.kind AND r.slug = c.slug AND r.seq <= %s
+      AND r.kind = c.kind AND r.slug = c.slug AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC LIMIT 1
 ) lo ON TRUE
 CROSS JOIN LATERAL (
@@ -65,6 +66,15 @@ CROSS JOIN LATERAL (
 ) d
 ORDER BY c.namespace, c.kind, c.slug
 """
+
+
+def _diff_statement(where: str, bottom: int) -> str:
+    """:data:`_DIFF_SQL` over the revisions reads after the archive cut see
+    (``changesets.archive.boundary``); both points must lie after it."""
+    cut = boundary.current()
+    if cut is not None and bottom <= cut.seq:
+        raise boundary.gone("That point of the log is archived.", cut=cut, seq=bottom)
+    return boundary.sourced(_DIFF_SQL, cut).format(where=where)
 
 
 def make_patch(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -198,7 +208,7 @@ def namespace_diff(
         where, params = listing.where(after)
         with read_connection().cursor() as cursor:
             cursor.execute(
-                _DIFF_SQL.format(where=where), [top, *params, batch, top, bottom, bottom, bottom]
+                _diff_statement(where, bottom), [top, *params, batch, top, bottom, bottom, bottom]
             )
             rows = cursor.fetchall()
         for ns, kind, slug, differs, hi, lo in rows:

@@ -8,9 +8,11 @@ the last step before commit (invariant 6), so once a reader can see seq N,
 every changeset with a smaller seq has already committed and is visible too.
 
 Cursors are the seq of the last changeset a page contained, signed
-(``django.core.signing``) so they are opaque and tamper-evident. They never
-expire (nothing is ever deleted from the log) and do not depend on the
-filter or capture mode: a cursor is a position in the one log.
+(``django.core.signing``) so they are opaque and tamper-evident. They do not
+expire and do not depend on the filter or capture mode: a cursor is a position
+in the one log. After an archive cut at C (``changesets.archive.boundary``) a
+cursor before C is owed records only the archive holds: 410, never a page that
+skips them. A cursor at C has seen everything through C and reads on.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from django.db.models.expressions import RawSQL
 
 from atlas.api.render import rfc3339
 from atlas.exceptions import BadRequest
+from changesets.archive import boundary as cuts
 from changesets.models import BASELINE, Capture, Changeset, Revision
 from changesets.ops import same_content
 from changesets.selectors.rows import AT_MICROS, from_micros
@@ -188,6 +191,18 @@ def _revisions(after_seq: int, namespaces: Sequence[str] | None) -> QuerySet[Rev
     return qs
 
 
+def _check_cursor(after_seq: int) -> None:
+    """410 for a cursor before the archive cut: what it is owed is in the archive."""
+    cut = cuts.current()
+    if cut is not None and after_seq < cut.seq:
+        raise cuts.gone(
+            f"The cursor (after seq {after_seq}) is before the archive cut.",
+            cut=cut,
+            seq=after_seq + 1,
+            pointer="/since",
+        )
+
+
 def feed_page(
     *,
     after_seq: int,
@@ -204,11 +219,14 @@ def feed_page(
        boundaries, so a page may exceed ``limit``.
     3. Read the watermark last, so it is never behind the page's records.
 
+    ``after_seq`` before the archive cut is a 410 (module docstring).
+
     ``namespaces`` must already be limited to what the reader may see
     (invariant 8); an empty list yields no records. Callers time it
     (``changesets.outbox.metrics.feed_page_timer``): they know which surface
     they serve, and the feed stays free of the metrics that read it.
     """
+    _check_cursor(after_seq)
     rows: list[dict[str, Any]] = []
     full = False
     if namespaces is None or len(namespaces) > 0:

@@ -25,8 +25,9 @@ from django.db.models import BigIntegerField, BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from changesets import pointers
+from changesets.archive import boundary
 from changesets.models import BASELINE, Revision
-from changesets.selectors.log import end_of_millisecond
+from changesets.selectors.log import after_cut, end_of_millisecond
 from changesets.selectors.rows import (
     AT_MICROS,
     ENTITY_WHERE,
@@ -72,6 +73,7 @@ def entity_key_history(
     else:
         where = f"{ENTITY_WHERE} AND {_KEY_RULE}"
         params += [branch, key.namespace, pointer]
+    where, params = after_cut(where, params)
     return history_rows(where, params, before_seq=before_seq, limit=limit)
 
 
@@ -120,9 +122,14 @@ def _filtered(where: RevisionFilter, branch: str) -> QuerySet[Revision]:
     if where.author is not None:
         qs = qs.filter(changeset__author_name=where.author)
     if where.since is not None:
+        boundary.check_since(
+            where.since, "since reaches back to the archive cut.", pointer="/since"
+        )
         qs = qs.filter(at__gte=where.since)
     if where.until is not None:
         qs = qs.filter(at__lte=end_of_millisecond(where.until))
+    if floor := boundary.floor():
+        qs = qs.filter(seq__gt=floor)
     return qs
 
 
@@ -171,7 +178,9 @@ def blame(
 
     ``upto_seq`` pins the walk (as-of reads); ``branch_owns_key`` says the
     branch's overlay holds the key, so its revisions come first and baseline's
-    older than the branch's first write to the key after them.
+    older than the branch's first write to the key after them. After an archive
+    cut the walk ends there: a leaf last set before it is not in the answer
+    (the API lists it as archived).
     """
     open_leaves = pointers.leaves(content)
     order = sorted(open_leaves)  # plain string order: a prefix's range is contiguous
@@ -183,6 +192,12 @@ def blame(
         if len(found) == len(open_leaves):
             break
     return [found[leaf] for leaf in open_leaves if leaf in found]
+
+
+def unresolved(content: dict[str, Any], found: Sequence[Blame]) -> list[str]:
+    """The leaves of ``content`` blame did not reach (set before an archive cut), sorted."""
+    seen = {entry.pointer for entry in found}
+    return [leaf for leaf in pointers.leaves(content) if leaf not in seen]
 
 
 def _touched(pointer: str, order: Sequence[str], found: dict[str, Blame]) -> Iterator[str]:
@@ -223,6 +238,8 @@ def _walk(key: EntityKey, branch: str, bound: int | None, strictly_below: bool) 
     qs = Revision.objects.filter(
         branch=branch, namespace=key.namespace, kind=key.kind, slug=key.slug
     )
+    if floor := boundary.floor():
+        qs = qs.filter(seq__gt=floor)
     fields = ("changed", "changeset_id", "seq", "at", "changeset__author_name")
     while True:
         page = qs

@@ -2,6 +2,10 @@
 
 Every function takes the caller's readable namespaces (``None`` = all) and
 filters by them, so visibility is decided in one place per query.
+
+After an archive cut (``changesets.archive.boundary``) they read the log after
+it only: lists and history end at the cut (the API adds the marker), and a
+changeset at or before it, or a time bound reaching back to it, is a 410.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.db.models import Count, QuerySet, Subquery, TextField
 from django.db.models.functions import Cast
 
+from changesets.archive import boundary
+from changesets.archive.models import ArchiveBase
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
@@ -72,13 +78,33 @@ def entity_history(
     Cost grows with the page, not with the size of the log; rows, not model
     instances (:mod:`changesets.selectors.rows` says why).
     """
-    params = [branch, key.namespace, key.kind, key.slug]
-    return history_rows(ENTITY_WHERE, params, before_seq=before_seq, limit=limit)
+    params: list[Any] = [branch, key.namespace, key.kind, key.slug]
+    where, params = after_cut(ENTITY_WHERE, params)
+    return history_rows(where, params, before_seq=before_seq, limit=limit)
+
+
+def after_cut(where: str, params: list[Any]) -> tuple[str, list[Any]]:
+    """``where`` over the revision table narrowed to the log after the archive cut
+    (unchanged when nothing is archived, so the statement is the same)."""
+    floor = boundary.floor()
+    if not floor:
+        return where, params
+    return f"{where} AND changesets_revision.seq > %s", [*params, floor]
 
 
 def entity_has_history(*, key: EntityKey, branch: str = BASELINE) -> bool:
-    return Revision.objects.filter(
+    """Whether the key has revisions after the cut, or (baseline) a row in the state at it."""
+    floor = boundary.floor()
+    revisions = Revision.objects.filter(
         branch=branch, namespace=key.namespace, kind=key.kind, slug=key.slug
+    )
+    if not floor:
+        return revisions.exists()
+    hot = revisions.filter(seq__gt=floor).exists()
+    if hot or branch != BASELINE:
+        return hot
+    return ArchiveBase.objects.filter(
+        namespace=key.namespace, kind=key.kind, slug=key.slug, valid_from__lte=floor
     ).exists()
 
 
@@ -168,20 +194,29 @@ def changeset_list(
     # Time bounds as seq bounds (one seek each): the page then starts at the
     # boundary on whichever seq-ordered index serves the other filters.
     if since is not None:
+        boundary.check_since(since, "since reaches back to the archive cut.", pointer="/since")
         qs = qs.filter(seq__gte=seq_from(since))
     if until is not None:
         qs = qs.filter(seq__lte=seq_upto(until))
     if before_seq is not None:
         qs = qs.filter(seq__lt=before_seq)
+    if floor := boundary.floor():
+        qs = qs.filter(seq__gt=floor)
     return list(qs.order_by("-seq")[:limit])
 
 
 def changeset_get(*, changeset_id: str, namespaces: Sequence[str] | None) -> Changeset | None:
     """One changeset if the caller can read at least one of its ops; else None (404).
 
-    Without its ops: they are paged (:func:`changeset_ops`).
+    Without its ops: they are paged (:func:`changeset_ops`). One at or before the
+    archive cut, or an unknown id that may be archived, is a 410.
     """
-    return visible_changesets(namespaces).filter(pk=changeset_id).first()
+    changeset = visible_changesets(namespaces).filter(pk=changeset_id).first()
+    if changeset is None:
+        boundary.check_unknown_changeset(changeset_id)
+        return None
+    boundary.check_seq(changeset.seq, "That changeset is archived.")
+    return changeset
 
 
 def changeset_ops(

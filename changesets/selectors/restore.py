@@ -15,6 +15,11 @@ revision is a delete, are facts of the log, never of the live table.
   revision is a delete, walked on the partial index ``revision_deletes``
   (migration 0020) in batches limited on the walk: a page costs about its
   own size, however many live entities or older deletes share the scope.
+
+After an archive cut the first two read the state at the cut beside the
+revisions after it (``changesets.archive.boundary.revision_source``), so they
+answer as before for any point after it; a version only the archive holds is a
+410. The trash lists deletes after the cut (an older delete is archived).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from uuid import UUID
 
 from django.db import connection
 
+from changesets.archive import boundary
+from changesets.archive.models import ArchiveBase
 from changesets.models import BASELINE, Revision
 from entities.store import EntityKey, entity_filters, load_json
 
@@ -63,10 +70,37 @@ def version_content(*, key: EntityKey, version: int, branch: str = BASELINE) -> 
     )
     found = sorted(rows, key=lambda row: row[1] != branch)  # stable: newest first within a side
     if not found:
-        return None
+        return _archived_version(key, version)
     after, on, seq = found[0]
     # A revision with an after_version has an after image (revision_images_match_op).
     return VersionImage(content=cast(dict[str, Any], after), version=version, branch=on, seq=seq)
+
+
+def _archived_version(key: EntityKey, version: int) -> VersionImage | None:
+    """After a cut: the version from the state at the cut, a 410 when it is older than
+    any row still held (only the archive has it), else None (no such version: 404)."""
+    cut = boundary.current()
+    if cut is None:
+        return None
+    state = ArchiveBase.objects.filter(
+        namespace=key.namespace, kind=key.kind, slug=key.slug, valid_from__lte=cut.seq
+    ).exclude(valid_to__lte=cut.seq)
+    held = state.filter(after_version=version).values_list("after", "seq").first()
+    if held is not None:
+        return VersionImage(
+            content=cast(dict[str, Any], held[0]), version=version, branch="", seq=held[1]
+        )
+    # Versions only rise: one below the first written after the cut (or, with none
+    # written since, up to the last one at the cut) was written before the cut.
+    hot = Revision.objects.filter(
+        branch=BASELINE, namespace=key.namespace, kind=key.kind, slug=key.slug, seq__gt=cut.seq
+    ).exclude(after_version=None)
+    first_after = hot.order_by("seq").values_list("after_version", flat=True).first()
+    versions = [v for v in state.values_list("after_version", flat=True) if v is not None]
+    upper = first_after if first_after is not None else (max(versions) + 1 if versions else None)
+    if upper is None or version < upper:
+        raise boundary.gone("That version is archived.", cut=cut, pointer="/version")
+    return None
 
 
 # One statement for a scope at a point: per key, its newest baseline revision at or
@@ -76,14 +110,22 @@ def version_content(*, key: EntityKey, version: int, branch: str = BASELINE) -> 
 _SCOPE_AS_OF = """
 SELECT namespace, kind, slug, after, after_version FROM (
     SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after, after_version
-    FROM changesets_revision
-    WHERE branch = '' AND seq <= %s AND {where}
+    FROM {source} AS changesets_revision
+    WHERE branch = '' AND seq <= %s AND {where}{live:changesets_revision}
     ORDER BY namespace, kind, slug, seq DESC
 ) s
 WHERE after IS NOT NULL
 ORDER BY namespace, kind, slug
 LIMIT %s
 """
+
+
+def _sourced(sql: str, seq: int) -> str:
+    """``sql`` over the revisions a read at ``seq`` sees (410 at or before the cut)."""
+    cut = boundary.current()
+    if cut is not None and seq <= cut.seq:
+        raise boundary.gone("That point of the log is archived.", cut=cut, seq=seq)
+    return boundary.sourced(sql, cut)
 
 
 @dataclass(frozen=True)
@@ -115,7 +157,7 @@ def scope_as_of(
     )
     # Raw SQL buys DISTINCT ON over the history index, which the ORM cannot spell.
     with connection.cursor() as cursor:
-        cursor.execute(_SCOPE_AS_OF.format(where=where), [seq, *params, limit])
+        cursor.execute(_sourced(_SCOPE_AS_OF, seq).format(where=where), [seq, *params, limit])
         return [
             ScopeImage(EntityKey(ns, k, s), load_json(after), version)
             for ns, k, s, after, version in cursor.fetchall()
@@ -141,8 +183,8 @@ class ScopeChange:
 _SCOPE_CHANGES = """
 WITH t AS (
     SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after
-    FROM changesets_revision
-    WHERE branch = '' AND seq <= %s AND {where_t}
+    FROM {source} AS changesets_revision
+    WHERE branch = '' AND seq <= %s AND {where_t}{live:changesets_revision}
     ORDER BY namespace, kind, slug, seq DESC
 ), n AS (
     SELECT namespace_id, kind, slug, content, version FROM entities_entity WHERE {where_n}
@@ -176,7 +218,7 @@ def scope_changes_baseline(
     }
     where_t, params_t = entity_filters("namespace", "kind", "slug", **filters)
     where_n, params_n = entity_filters("namespace_id", "kind", "slug", **filters)
-    sql = _SCOPE_CHANGES.format(where_t=where_t, where_n=where_n)
+    sql = _sourced(_SCOPE_CHANGES, seq).format(where_t=where_t, where_n=where_n)
     # Raw SQL buys DISTINCT ON and the full join with a window count in one statement.
     with connection.cursor() as cursor:
         cursor.execute(sql, [seq, *params_t, *params_n, limit])
@@ -217,7 +259,7 @@ FROM (
     SELECT DISTINCT ON (namespace, kind, slug)
            namespace, kind, slug, before, before_version, changeset_id, at, seq
     FROM changesets_revision
-    WHERE branch = '' AND op = 'delete' AND {where}
+    WHERE branch = '' AND op = 'delete' {after_cut}AND {where}
     ORDER BY namespace, kind, slug, seq DESC
     LIMIT %s
 ) d
@@ -277,7 +319,9 @@ def _deleted(where: str, params: Sequence[Any]) -> list[tuple[DeletedEntity, boo
     """One batch of the walk: (entry, lives again now) per key, in key order."""
     # Raw SQL buys DISTINCT ON over a partial index, limited on the walk, in one statement.
     with connection.cursor() as cursor:
-        cursor.execute(_DELETED.format(where=where), params)
+        floor = boundary.floor()
+        after_cut = f"AND seq > {int(floor)} " if floor else ""
+        cursor.execute(_DELETED.format(where=where, after_cut=after_cut), params)
         rows = cursor.fetchall()
     return [
         (

@@ -13,7 +13,6 @@ pointers and never its values, in a chain of its own.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,8 +26,16 @@ from django.utils import timezone
 from atlas.exceptions import NotFound, PermissionDenied, ValidationFailed
 from atlas.models import IdempotencyRecord
 from changesets import chain
+from changesets.archive import erasure as archive_erasure
 from changesets.models import BASELINE, Changeset, Erasure, Rpc
 from changesets.ops import PutOp, WriteOp
+from changesets.redaction import (
+    ERASED,
+    MSG_POINTER,
+    parse_pointer,
+    redacted,
+    seal_revision,
+)
 from changesets.services.apply import (
     RETRYABLE_SQLSTATES,
     changeset_apply_within,
@@ -40,12 +47,10 @@ from entities.models import Namespace
 from entities.store import EntityKey, EntityStore, StoredEntity, baseline
 
 MAX_ATTEMPTS = 5
-ERASED = chain.ERASED
 # Text columns are searched for erased strings of at least this many characters:
 # replacing "ok" or "1" inside an error message would garble it and protect nothing.
 MIN_TEXT_LENGTH = 4
 CHUNK = 500
-MSG_POINTER = "Must be a JSON pointer to a member, like /email (RFC 6901)."
 MSG_REASON = "Say why (at most 2000 characters)."
 
 # ``overlays(keys)`` → stores of the open branches whose overlay holds any of
@@ -74,63 +79,6 @@ class EraseResult:
     dry_run: bool = False
 
 
-# --- pointers ---------------------------------------------------------------
-
-
-def parse_pointer(pointer: str) -> list[str]:
-    """RFC 6901 segments of a pointer to a member (``""``, the whole document, is refused)."""
-    if not isinstance(pointer, str) or not pointer.startswith("/"):
-        raise ValueError(MSG_POINTER)
-    return [p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/")]
-
-
-def _erase_at(document: Any, segments: Sequence[str], found: list[Any]) -> bool:
-    """Replace the value at ``segments`` with ``"[erased]"`` in place; append the old value."""
-    parent = document
-    for segment in segments[:-1]:
-        parent = _child(parent, segment)
-        if parent is _MISSING:
-            return False
-    last = segments[-1]
-    if isinstance(parent, dict) and last in parent:
-        slot: Any = last
-    elif isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
-        slot = int(last)
-    else:
-        return False
-    if parent[slot] == ERASED:
-        return False
-    found.append(parent[slot])
-    parent[slot] = ERASED
-    return True
-
-
-_MISSING = object()
-
-
-def _child(value: Any, segment: str) -> Any:
-    if isinstance(value, dict):
-        return value.get(segment, _MISSING)
-    if isinstance(value, list) and segment.isdigit() and int(segment) < len(value):
-        return value[int(segment)]
-    return _MISSING
-
-
-def redacted(
-    content: Mapping[str, Any] | None, pointers: Iterable[str], found: list[Any]
-) -> tuple[dict[str, Any] | None, set[str]]:
-    """A copy of ``content`` with every pointer's value erased, and the top-level members hit."""
-    if content is None:
-        return None, set()
-    copied = copy.deepcopy(dict(content))
-    members = set()
-    for pointer in pointers:
-        segments = parse_pointer(pointer)
-        if _erase_at(copied, segments, found):
-            members.add(segments[0])
-    return copied, members
-
-
 # --- the service ------------------------------------------------------------
 
 
@@ -155,9 +103,14 @@ def entities_erase(
        revision of these entities behind the redaction's back.
     4. Every revision of the targets, on every branch (the new ones too), is
        redacted: values erased, salt destroyed, digests and keys kept
-       (:func:`_seal`); the guard admits exactly this UPDATE.
+       (``changesets.redaction.seal_revision``); the guard admits exactly this UPDATE.
     5. Stored copies: idempotent responses, journal and subscription errors.
     6. The erasure row, chained to the previous one.
+    7. Archived data (``changesets.archive.erasure``): the state at the cut is
+       redacted with the revisions (step 4), and each signed cut holding the
+       namespaces gets a pending rewrite, carried out right after COMMIT
+       (segments rewritten, checkpoint re-signed, old files deleted); the
+       signing lock keeps a cut from being signed halfway through this.
 
     A dry run takes no lock it keeps and writes nothing; it counts.
     """
@@ -169,7 +122,9 @@ def entities_erase(
                 result = _erase_once(actor, targets, reason, dry_run, context)
                 if dry_run:
                     transaction.set_rollback(True)
-                return result
+            if not dry_run:
+                archive_erasure.after_commit()
+            return result
         except OperationalError as exc:
             sqlstate = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
             if sqlstate not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
@@ -244,11 +199,15 @@ def _erase_once(
         cursor.execute("SELECT 1 FROM changesets_loghead WHERE id = 1 FOR UPDATE")
         if not dry_run:
             cursor.execute("SET LOCAL atlas.erasing = 'on'")
+    archive_erasure.hold_signing_lock()
     own = {c.id for c in written}
     redacted_count = _redact_revisions(pointers, own, found, dry_run=dry_run)  # 4
+    archive_erasure.redact_state(pointers, found, dry_run=dry_run)
     if not dry_run:
         _redact_copies(pointers, found)  # 5
     erasure = _record(actor, targets, reason, redacted_count, written, dry_run=dry_run)  # 6
+    if not dry_run:
+        archive_erasure.request_rewrites(erasure)  # 7
     base = next((c for c in written if c.branch == BASELINE), None)
     return EraseResult(
         erasure=erasure,
@@ -309,9 +268,9 @@ def _redact_revisions(
                 break
             updates = []
             for rid, changeset_id, salt, sealed, before, after in rows:
-                update = _seal(rid, salt, sealed, before, after, key_pointers, found)
+                update = seal_revision(salt, sealed, before, after, key_pointers, found)
                 if update is not None:
-                    updates.append(update)
+                    updates.append({"id": rid, **update})
                     count += changeset_id not in own
             if updates and not dry_run:
                 with connection.cursor() as cursor:
@@ -326,56 +285,6 @@ _REDACT = (
     " sealed = v.sealed FROM jsonb_to_recordset(%s::jsonb)"
     " AS v(id bigint, before jsonb, after jsonb, sealed jsonb) WHERE r.id = v.id"
 )
-
-
-def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _seal(
-    rid: int,
-    salt: Any,
-    sealed: Any,
-    before: Any,
-    after: Any,
-    pointers: Sequence[str],
-    found: list[Any],
-) -> dict[str, Any] | None:
-    """One revision redacted, or None if it holds none of the values.
-
-    The seal keeps, per member of each image, the digest of an erased member
-    (computed from its value now, before the value and the salt go) or the
-    key of any other member (derived from the salt), so verification needs
-    neither the salt nor the erased value again.
-    """
-    salt = None if salt is None else bytes(salt)
-    seal = _loads(sealed) or {}
-    images = {"before": _loads(before), "after": _loads(after)}
-    new_images, hit = {}, {}
-    for side, image in images.items():
-        new_images[side], hit[side] = redacted(image, pointers, found)
-    if not any(hit.values()):
-        return None
-    new_seal: dict[str, Any] = {}
-    for side, image in images.items():
-        if image is None:
-            continue
-        side_seal = dict(seal.get(side) or {})
-        for name, value in image.items():
-            entry = side_seal.get(name)
-            if name in hit[side] and (entry is None or "d" not in entry):
-                key = bytes.fromhex(entry["k"]) if entry else _key(salt, side, name)
-                side_seal[name] = {"d": chain.member_digest(key, value)}
-            elif entry is None:
-                side_seal[name] = {"k": _key(salt, side, name).hex()}
-        new_seal[side] = side_seal
-    return {"id": rid, **new_images, "sealed": new_seal}
-
-
-def _key(salt: bytes | None, side: str, name: str) -> bytes:
-    if salt is None:  # a sealed revision has every member in its seal
-        raise AssertionError("revision without salt or seal for a member")
-    return chain.member_key(salt, side, name)
 
 
 # --- copies outside the log -------------------------------------------------

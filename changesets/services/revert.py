@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from atlas.exceptions import NotFound, ValidationFailed
+from changesets.archive import boundary
 from changesets.exceptions import RevertConflict
 from changesets.merge3 import Granularity, merge3
 from changesets.models import BASELINE, Changeset, Revision, Rpc
@@ -44,15 +45,20 @@ def revert_target(*, actor: User, changeset_id: str) -> Changeset:
     visibility"). Decided on the row's namespaces, before a revision is read.
     The API calls this before reading the body (a 422 for a bad body must not
     tell a hidden changeset from a missing one), then hands the row to
-    :func:`changeset_revert`, so a revert loads it once.
+    :func:`changeset_revert`, so a revert loads it once. One at or before an
+    archive cut (or an unknown id that may be archived) is a 410.
     """
     try:
         uuid.UUID(str(changeset_id))
     except ValueError as exc:
         raise NotFound("No such changeset.") from exc
     changeset = Changeset.objects.filter(pk=changeset_id).first()
-    if changeset is None or any(not access.can_read(actor, ns) for ns in changeset.namespaces):
+    if changeset is None:
+        boundary.check_unknown_changeset(changeset_id)  # archived: its pre-images are gone
         raise NotFound("No such changeset.")
+    if any(not access.can_read(actor, ns) for ns in changeset.namespaces):
+        raise NotFound("No such changeset.")
+    boundary.check_seq(changeset.seq, "That changeset is archived and cannot be reverted.")
     return changeset
 
 

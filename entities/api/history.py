@@ -29,9 +29,14 @@ from atlas.api.keys import (
 )
 from atlas.api.openapi import AS_OF_PARAMS, BRANCH_PARAM, PAGE_PARAMS, PROBLEM
 from atlas.api.render import rfc3339
-from atlas.api.representations import RevisionPageSerializer, revision_repr
+from atlas.api.representations import (
+    ArchivedBeforeSerializer,
+    RevisionPageSerializer,
+    revision_repr,
+)
 from atlas.exceptions import NotFound
 from atlas.replicas import has_as_of, replica_read
+from changesets.archive import boundary
 from changesets.models import Changeset
 from changesets.selectors import asof, keys
 from changesets.selectors import diff as diffs
@@ -64,6 +69,12 @@ BlameSerializer = inline_serializer(
             many=True,
         ),
         "as_of": AsOfSerializer(required=False),
+        "archived": serializers.ListField(
+            child=serializers.CharField(),
+            required=False,
+            help_text="Leaves last set at or before the archive cut (their setter is archived).",
+        ),
+        "archived_before": ArchivedBeforeSerializer(required=False),
     },
 )
 EntityDiffSerializer = inline_serializer(
@@ -127,21 +138,26 @@ class HistoryActions:
         if (
             not page.results
             and not request.query_params.get("page_token")
+            and boundary.current() is None
             and not entity_has_history(key=key, branch=store.branch)
         ):
+            # After an archive cut an empty history ends at the cut like any other:
+            # whatever the key had before it is in the archive (docs/retention.md).
             raise NotFound("No such entity.")
         return Response(
-            {
-                "results": [revision_repr(r) for r in page.results],
-                "next_page_token": page.next_page_token,
-            }
+            paging.archived_page(
+                {
+                    "results": [revision_repr(r) for r in page.results],
+                    "next_page_token": page.next_page_token,
+                }
+            )
         )
 
     @extend_schema(
         operation_id="entities_blame",
         summary="For every leaf of the content, the changeset that last set it",
         parameters=[*AS_OF_PARAMS, BRANCH_PARAM],
-        responses={200: BlameSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={200: BlameSerializer, 400: PROBLEM, 404: PROBLEM, 410: PROBLEM, 422: PROBLEM},
     )
     @action(detail=True, methods=["get"])
     @replica_read(when=has_as_of)
@@ -169,13 +185,23 @@ class HistoryActions:
         }
         if pinned:
             body["as_of"] = as_of_repr(pinned)
+        archived = keys.unresolved(entity.content, found)
+        if archived and (marker := boundary.marker()) is not None:
+            # Leaves last set at or before the archive cut: their setter is in the archive.
+            body["archived"], body["archived_before"] = archived, marker
         return Response(body)
 
     @extend_schema(
         operation_id="entities_diff",
         summary="The entity between two points, as an RFC 6902 patch",
         parameters=[DiffPointsQuery, BRANCH_PARAM],
-        responses={200: EntityDiffSerializer, 400: PROBLEM, 404: PROBLEM, 422: PROBLEM},
+        responses={
+            200: EntityDiffSerializer,
+            400: PROBLEM,
+            404: PROBLEM,
+            410: PROBLEM,
+            422: PROBLEM,
+        },
     )
     @action(detail=True, methods=["get"])
     @replica_read()

@@ -164,7 +164,7 @@ class RestoreActions:
         responses={
             200: EntityRestoreResponseSerializer,
             201: EntityRestoreResponseSerializer,
-            **{code: PROBLEM for code in WRITE_ERRORS},
+            **{code: PROBLEM for code in (*WRITE_ERRORS, 410)},
         },
     )
     @action(detail=True, methods=["post"])
@@ -207,7 +207,10 @@ class RestoreViewSet(ViewSet):
         summary="Make every entity of a scope equal its state at an earlier point",
         request=ScopeRestoreBodySerializer,
         parameters=[BRANCH_PARAM, IDEMPOTENCY_PARAM],
-        responses={200: ScopeRestoreResponseSerializer, **{code: PROBLEM for code in WRITE_ERRORS}},
+        responses={
+            200: ScopeRestoreResponseSerializer,
+            **{code: PROBLEM for code in (*WRITE_ERRORS, 410)},
+        },
     )
     @idempotent
     def create(self, request: Request) -> Response:

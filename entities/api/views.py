@@ -95,6 +95,7 @@ class EntityViewSet(HistoryActions, RestoreActions, ViewSet):
             200: s.EntityListPageSerializer,
             400: PROBLEM,
             404: PROBLEM,
+            410: PROBLEM,
             422: PROBLEM,
         },
     )
@@ -137,7 +138,7 @@ class EntityViewSet(HistoryActions, RestoreActions, ViewSet):
         operation_id="entities_get",
         summary="One entity (ETag = version)",
         parameters=[BRANCH_PARAM, IF_NONE_MATCH_PARAM, *AS_OF_PARAMS],
-        responses={200: s.EntitySerializer, 304: None, 400: PROBLEM, 404: PROBLEM},
+        responses={200: s.EntitySerializer, 304: None, 400: PROBLEM, 404: PROBLEM, 410: PROBLEM},
     )
     @replica_read(when=has_as_of)
     def retrieve(self, request: Request, namespace: str, kind: str, slug: str) -> Response:

@@ -119,6 +119,9 @@ def _disable_guards(cursor) -> None:
     cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # ALTER TABLE needs no pending FK checks
     cursor.execute("ALTER TABLE changesets_changeset DISABLE TRIGGER changeset_append_only")
     cursor.execute("ALTER TABLE changesets_revision DISABLE TRIGGER revision_append_only")
+    # DELETE has its own trigger since the archive (migration 0024).
+    cursor.execute("ALTER TABLE changesets_changeset DISABLE TRIGGER changeset_delete_guard")
+    cursor.execute("ALTER TABLE changesets_revision DISABLE TRIGGER revision_delete_guard")
 
 
 def _tamper(rng: random.Random) -> str:

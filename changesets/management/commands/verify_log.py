@@ -9,6 +9,12 @@ that every erased member is reached by a recorded erasure, that the v1 hashes
 of changesets from before the re-chain (migration 0018) still chain up to the
 recorded cut, and each ``--v1-anchor`` (a ``seq:hash`` someone anchored from
 ``GET /log/head`` before the re-chain).
+
+After an archive cut (docs/retention.md) the walk starts from the newest
+checkpoint: its signature must verify, the state at the cut must have the
+digest it signs, and the first changeset after the cut must chain to the
+checkpoint's hash; from there on, as above. What lies before the cut is
+checked by ``verify_archive`` on the segments.
 """
 
 from __future__ import annotations
@@ -21,14 +27,15 @@ from django.core.management.base import BaseCommand, CommandParser
 from tqdm import tqdm
 
 from changesets import chain
+from changesets.archive import base, checkpoint
+from changesets.archive.models import ACTIVE_STATES, ArchiveCut
 from changesets.models import ChainUpgrade, Changeset, Erasure, LogHead, Revision
 
 CHUNK = 500
 
 
-def _pairs(bar: tqdm) -> Iterator[tuple[Changeset, list[Revision]]]:
-    """(changeset, its revisions in write order), in seq order, a chunk at a time."""
-    after = 0
+def _pairs(bar: tqdm, after: int = 0) -> Iterator[tuple[Changeset, list[Revision]]]:
+    """(changeset, its revisions in write order) after seq ``after``, a chunk at a time."""
     while True:
         chunk = list(Changeset.objects.filter(seq__gt=after).order_by("seq")[:CHUNK])
         if not chunk:
@@ -57,22 +64,34 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         head = LogHead.objects.filter(pk=1).first()
         stats = chain.Stats()
+        cut = ArchiveCut.objects.filter(state__in=ACTIVE_STATES).order_by("-seq").first()
+        start = self._checkpoint_start(cut)
         with tqdm(
-            total=head.seq if head else None,
+            total=(head.seq - start.seq + 1) if head else None,
             unit="changeset",
             disable=options["no_progress"],
             file=self.stderr,
         ) as bar:
-            checked, broken = chain.verify(_pairs(bar), head=head, stats=stats)
+            checked, broken = chain.verify(
+                _pairs(bar, after=start.seq - 1), head=head, stats=stats, start=start
+            )
         if broken is not None:
             self._fail(
                 f"BROKEN at seq {broken.seq}"
                 + (f" (changeset {broken.changeset_id})" if broken.changeset_id else "")
                 + f": {broken.reason}; {checked} changeset(s) before it verified"
             )
-        problems = [*_erasure_problems(stats), *_v1_problems(stats, options["v1_anchor"])]
+        problems = [
+            *_erasure_problems(stats),
+            *_v1_problems(stats, options["v1_anchor"], cut.seq if cut else 0),
+        ]
         if problems:
             self._fail("BROKEN: " + "; ".join(problems))
+        if cut is not None:
+            self.stdout.write(
+                f"checkpoint: seq {cut.seq} hash {cut.hash} signature ok, state at the cut ok;"
+                " the log before it is archived (verify it with verify_archive)"
+            )
         self.stdout.write(
             f"ok: {checked} changeset(s) verified; head seq {head.seq if head else 0}"
             f" hash {head.hash if head else chain.GENESIS}; {stats.erased_images} image(s)"
@@ -85,7 +104,19 @@ class Command(BaseCommand):
                 f" hash {stats.v1_head[1]}"
             )
         for anchor in options["v1_anchor"]:
-            self.stdout.write(f"v1 anchor seq {anchor.split(':')[0]} ok")
+            seq = anchor.split(":")[0]
+            archived = cut is not None and seq.isdigit() and int(seq) <= cut.seq
+            self.stdout.write(f"v1 anchor seq {seq} " + ("archived" if archived else "ok"))
+
+    def _checkpoint_start(self, cut: ArchiveCut | None) -> chain.Start:
+        """Where the walk starts: the genesis, or the newest checkpoint once it checks out."""
+        if cut is None:
+            return chain.Start()
+        if not checkpoint.verify_stored(cut) or (cut.checkpoint or {}).get("hash") != cut.hash:
+            self._fail(f"BROKEN: the checkpoint at seq {cut.seq} does not verify (its signature)")
+        if base.digest_at(cut.seq) != cut.state_digest:
+            self._fail(f"BROKEN: the state at the cut (seq {cut.seq}) is not the one signed")
+        return chain.Start(seq=cut.seq + 1, hash=cut.hash, v1_hash=cut.v1_hash or None)
 
     def _fail(self, message: str) -> None:
         self.stderr.write(message)
@@ -109,14 +140,21 @@ def _erasure_problems(stats: chain.Stats) -> list[str]:
     return problems
 
 
-def _v1_problems(stats: chain.Stats, anchors: list[str]) -> list[str]:
-    """The recorded cut is the v1 prefix's head, and each anchor names a v1 hash in it."""
+def _v1_problems(stats: chain.Stats, anchors: list[str], archived: int) -> list[str]:
+    """The recorded cut is the v1 prefix's head, and each anchor names a v1 hash in it
+    (what lies at or before the archive cut ``archived`` is verify_archive's to check)."""
     problems = []
     upgrade = ChainUpgrade.objects.order_by("-id").first()
-    if upgrade is not None and stats.v1_head != (upgrade.seq, upgrade.v1_hash):
+    if (
+        upgrade is not None
+        and upgrade.seq > archived
+        and stats.v1_head != (upgrade.seq, upgrade.v1_hash)
+    ):
         problems.append(f"the v1 head recorded at the re-chain (seq {upgrade.seq}) does not match")
     for anchor in anchors:
         seq, _, value = anchor.partition(":")
+        if seq.isdigit() and int(seq) <= archived:
+            continue
         row = Changeset.objects.filter(seq=int(seq) if seq.isdigit() else -1).first()
         if row is None or not row.v1_hash or row.v1_hash != value.strip():
             problems.append(f"v1 anchor {anchor} does not match the log")
