@@ -36,6 +36,7 @@ import os
 import tempfile
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from _common import bench_env, header, summary, table, write_json
 from _setup import database_url, setup, write_section
@@ -51,7 +52,8 @@ def _fresh_database() -> None:
     import psycopg
     from _setup import server_url
 
-    admin = server_url().rsplit("/", 1)[0] + "/postgres"
+    # The path, not the last "/": an embedded server's URL names its socket in the query.
+    admin = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
     database_url(DB)

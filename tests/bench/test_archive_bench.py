@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -28,7 +29,9 @@ def test_the_archive_bench_runs_at_smoke_size(tmp_path):
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
     finally:
-        admin = url.rsplit("/", 1)[0] + "/postgres"
+        # The path, not the last "/": the embedded server's URL names its socket folder
+        # in the query (?host=/…/.atlas/pgdata).
+        admin = urlunsplit(urlsplit(url)._replace(path="/postgres"))
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     assert run.returncode == 0, run.stderr[-3000:]
