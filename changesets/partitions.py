@@ -184,9 +184,15 @@ def run_with_lock_timeout(statements: list[str], *, enabled: bool = True) -> int
     wait is bounded (``LOCK_TIMEOUT_MS``) and the whole transaction tried again
     after a pause, up to ``ATTEMPTS`` times.
     """
+    nested = connection.in_atomic_block
     for attempt in range(1, ATTEMPTS + 1):
         try:
             with transaction.atomic(), connection.cursor() as cursor:
+                if nested:
+                    # Inside a caller's transaction (tests, a migration), rows it wrote may
+                    # have deferred foreign-key checks pending, which a DDL statement on
+                    # their table refuses to run over: check them now.
+                    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
                 if enabled:
                     cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
                 for statement in statements:
