@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from django.db import connection
 
+from atlas import conf
 from changesets import partitions
 
 
@@ -32,5 +33,8 @@ def standard() -> None:
     """After a transactional test: empty the table and lay out what migrate makes."""
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {partitions.PARENT}")
-    layout(partitions.missing(0, 1 + partitions.ahead() * partitions.width(), [],
-                              step=partitions.width()))  # fmt: skip
+    width, ahead = (
+        conf.DEFAULTS["ATLAS_LOG_PARTITION_SEQS"],
+        conf.DEFAULTS["ATLAS_LOG_PARTITIONS_AHEAD"],
+    )
+    layout(partitions.missing(0, 1 + ahead * width, [], step=width))
