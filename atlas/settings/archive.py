@@ -1,7 +1,7 @@
 """Archives and retention: the signing key, where segments go, the cut's sizes and
-grace, the revision table's partition width, and how long history stays hot (docs/retention.md). The storage itself is
-``STORAGES["atlas_archive"]`` (``base``); the retention task's interval is beat's
-(``celery``).
+grace, the revision table's partition width, and how long history stays hot
+(docs/retention.md). The storage itself is ``STORAGES["atlas_archive"]``
+(``base``); the retention and partition upkeep intervals are beat's (``celery``).
 """
 
 from __future__ import annotations

@@ -111,8 +111,8 @@ def test_upkeep_makes_partitions_while_writers_run(make_user, namespace, setting
         try:
             while not stop.is_set():
                 started = time.perf_counter()
-                changeset_apply(store=baseline, actor=root, rpc=Rpc.PUT_ENTITY,
-                                ops=[PutOp(EntityKey(NS, "w", f"{index}-{n % 5}"), {"n": n})])  # fmt: skip
+                op = PutOp(EntityKey(NS, "w", f"{index}-{n % 5}"), {"n": n})
+                changeset_apply(store=baseline, actor=root, rpc=Rpc.PUT_ENTITY, ops=[op])
                 latencies.append(time.perf_counter() - started)
                 n += 1
                 time.sleep(0.005)  # saturated writers starve the attach (docs/retention.md)
