@@ -77,9 +77,7 @@ def test_the_history_page_reads_by_index_across_partitions(log, client_for, make
     for sql in statements:
         plan = analyze(sql)
         _assert_index_reads(plan, page=21)
-        assert any(
-            n["Node Type"] in ("Merge Append", "Append", "Limit") for n in nodes(plan)
-        ), plan
+        assert any(n["Node Type"] in ("Merge Append", "Append", "Limit") for n in nodes(plan)), plan
 
 
 def test_the_feed_page_reads_by_index_and_prunes_to_the_cursor(log, client_for, make_user):
