@@ -148,7 +148,8 @@ def sizes() -> dict[str, dict[str, int]]:
             cursor.execute(
                 f"SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0),"
                 # (summed over its partitions: a partitioned table has no storage of its own)
-                f" (SELECT sum(pg_total_relation_size(r)) FROM (SELECT '{name}'::regclass AS r"
+                f" (SELECT sum(pg_total_relation_size(r))::bigint"
+                f" FROM (SELECT '{name}'::regclass AS r"
                 f" UNION ALL SELECT inhrelid::regclass FROM pg_inherits"
                 f" WHERE inhparent = '{name}'::regclass) p)"
                 f" FROM {name} t"

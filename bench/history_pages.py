@@ -237,7 +237,8 @@ def stage(total: int, repeat: int, database: str) -> dict:
         cursor.execute("SELECT count(*) FROM changesets_revision")
         revisions = cursor.fetchone()[0]
         cursor.execute(  # over its partitions: a partitioned table has no storage of its own
-            "SELECT sum(pg_total_relation_size(r)) FROM (SELECT 'changesets_revision'::regclass"
+            "SELECT sum(pg_total_relation_size(r))::bigint"
+            " FROM (SELECT 'changesets_revision'::regclass"
             " AS r UNION ALL SELECT inhrelid::regclass FROM pg_inherits"
             " WHERE inhparent = 'changesets_revision'::regclass) p"
         )

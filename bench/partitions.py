@@ -151,7 +151,8 @@ def _bytes() -> int:
     with connection.cursor() as cursor:
         for name in TABLES:
             cursor.execute(  # a partitioned table has no storage: its partitions do
-                "SELECT sum(pg_total_relation_size(r)) FROM (SELECT %s::regclass AS r UNION ALL"
+                "SELECT sum(pg_total_relation_size(r))::bigint"
+                " FROM (SELECT %s::regclass AS r UNION ALL"
                 " SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = %s::regclass) p",
                 [name, name],
             )

@@ -532,7 +532,8 @@ def measure_storage(connection: Any, atlas_namespaces: list[str], peers: bool, r
             )
             rows, avg = cursor.fetchone()
             cursor.execute(
-                f"SELECT (SELECT sum(pg_indexes_size(r)) FROM (SELECT '{relation}'::regclass AS r"
+                f"SELECT (SELECT sum(pg_indexes_size(r))::bigint"
+                f" FROM (SELECT '{relation}'::regclass AS r"
                 f" UNION ALL SELECT inhrelid::regclass FROM pg_inherits"
                 f" WHERE inhparent = '{relation}'::regclass) p),"
                 f" (SELECT count(*) FROM {relation})"

@@ -32,6 +32,7 @@ log head. Why it is shaped this way:
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from dataclasses import dataclass
@@ -44,9 +45,11 @@ from atlas import conf
 
 PARENT = "changesets_revision"
 PREFIX = "changesets_revision_p"
-# How long an attach or detach may make a writer wait, and how often it tries.
+# How long an attach or detach may make a writer wait, and for how long it tries again
+# (each try under the timeout; pauses grow to a second, with jitter, so a try lands
+# in a gap between writers' transactions).
 LOCK_TIMEOUT_MS = 100
-ATTEMPTS = 50
+RETRY_SECONDS = 300.0
 RETRY_PAUSE_SECONDS = 0.05
 # The cheap check reads the head at most this often per process.
 CHECK_EVERY_SECONDS = 5.0
@@ -182,10 +185,13 @@ def run_with_lock_timeout(statements: list[str], *, enabled: bool = True) -> int
 
     A statement waiting for a lock makes every later locker wait behind it, so the
     wait is bounded (``LOCK_TIMEOUT_MS``) and the whole transaction tried again
-    after a pause, up to ``ATTEMPTS`` times.
+    after a growing, jittered pause, for up to ``RETRY_SECONDS``.
     """
     nested = connection.in_atomic_block
-    for attempt in range(1, ATTEMPTS + 1):
+    deadline = time.monotonic() + RETRY_SECONDS
+    attempt = 0
+    while time.monotonic() < deadline:
+        attempt += 1
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 if nested:
@@ -203,7 +209,8 @@ def run_with_lock_timeout(statements: list[str], *, enabled: bool = True) -> int
         except OperationalError as exc:
             if not enabled or getattr(exc.__cause__, "sqlstate", None) != "55P03":
                 raise
-            time.sleep(RETRY_PAUSE_SECONDS * min(attempt, 10))
+            pause = min(RETRY_PAUSE_SECONDS * 2 ** min(attempt, 5), 1.0)
+            time.sleep(pause * random.uniform(0.5, 1.5))
     raise UpkeepFailed(f"could not take the locks for {statements[-1][:80]!r}")
 
 

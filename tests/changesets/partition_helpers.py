@@ -24,6 +24,15 @@ def layout(bounds: Iterable[tuple[int, int]]) -> list[partitions.Partition]:
     return partitions.partitions()
 
 
+def parent_index(name: str) -> str:
+    """The index of the revision table a partition's index belongs to (``name`` itself
+    when it is not a partition's): plans name the partitions' own indexes."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_partition_root(to_regclass(%s))::regclass::text", [name])
+        root = cursor.fetchone()[0]
+    return root or name
+
+
 def singles(count: int, *, then: int = 1_000_000) -> list[tuple[int, int]]:
     """A partition per seq for ``0..count-1`` (every seq ends one), then one to ``then``."""
     return [(n, n + 1) for n in range(count)] + [(count, then)]

@@ -173,3 +173,20 @@ def test_the_migration_moves_a_populated_table_onto_partitions(staff, namespace,
     # The id sequence goes on past the moved rows.
     assert write(staff, f"{NS}/order/new", {"n": 1}).changeset.seq == 32
     assert Revision.objects.order_by("-id").first().id > max(r[0] for r in rows)
+
+
+@pytest.mark.django_db
+def test_the_beat_task_keeps_partitions_ahead(settings):
+    from django.conf import settings as django_settings
+
+    from changesets.tasks import partition_upkeep
+
+    assert django_settings.CELERY_BEAT_SCHEDULE["partition-upkeep"]["task"] == (
+        "changesets.partition_upkeep"
+    )
+    settings.ATLAS_LOG_PARTITION_SEQS = 10
+    settings.ATLAS_LOG_PARTITIONS_AHEAD = 2
+    layout([(0, 5)])
+    result = partition_upkeep()
+    assert result["made"] == [partitions.partition_name(5), partitions.partition_name(15)]
+    assert result["headroom"] == 24
