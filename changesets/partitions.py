@@ -48,7 +48,11 @@ PREFIX = "changesets_revision_p"
 # How long an attach or detach may make a writer wait, and for how long it tries again
 # (each try under the timeout; pauses grow to a second, with jitter, so a try lands
 # in a gap between writers' transactions).
-LOCK_TIMEOUT_MS = 100
+LOCK_TIMEOUT_MS = 50
+# ``DETACH … CONCURRENTLY`` takes only SHARE UPDATE EXCLUSIVE on the parent (writers do
+# not conflict), then waits for transactions that may still see the partition: it
+# may wait long without holding anyone up.
+CONCURRENT_LOCK_TIMEOUT_MS = 60_000
 RETRY_SECONDS = 300.0
 RETRY_PAUSE_SECONDS = 0.05
 # The cheap check reads the head at most this often per process.
@@ -167,11 +171,11 @@ def ensure_ahead(*, lock_timeout: bool = True) -> list[Partition]:
 def _attach(lower: int, upper: int, *, lock_timeout: bool) -> Partition:
     name = partition_name(lower)
     statements = [
-        f"CREATE TABLE IF NOT EXISTS {name} (LIKE {PARENT} INCLUDING DEFAULTS"
+        f"CREATE TABLE {name} (LIKE {PARENT} INCLUDING DEFAULTS"
         " INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)",
         # The bound as a constraint, so the attach has nothing to scan (and it is dropped
-        # afterwards: the partition bound says the same).
-        f"ALTER TABLE {name} DROP CONSTRAINT IF EXISTS {name}_range",
+        # afterwards: the partition bound says the same). A plain CREATE: a table of that
+        # name left detached by a crashed cut must never be attached again.
         f"ALTER TABLE {name} ADD CONSTRAINT {name}_range CHECK (seq >= {lower} AND seq < {upper})",
         f"ALTER TABLE {PARENT} ATTACH PARTITION {name} FOR VALUES FROM ({lower}) TO ({upper})",
         f"ALTER TABLE {name} DROP CONSTRAINT {name}_range",
@@ -212,6 +216,49 @@ def run_with_lock_timeout(statements: list[str], *, enabled: bool = True) -> int
             pause = min(RETRY_PAUSE_SECONDS * 2 ** min(attempt, 5), 1.0)
             time.sleep(pause * random.uniform(0.5, 1.5))
     raise UpkeepFailed(f"could not take the locks for {statements[-1][:80]!r}")
+
+
+def pending(name: str) -> bool:
+    """Whether partition ``name`` is half detached (a ``CONCURRENTLY`` that was stopped)."""
+    rows = _fetch(
+        None, "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass(%s)", [name]
+    )
+    return rows == [(True,)]
+
+
+def detach(name: str) -> None:
+    """Detach partition ``name`` without making writers wait on the parent.
+
+    ``DETACH PARTITION … CONCURRENTLY`` (allowed because there is no DEFAULT
+    partition): SHARE UPDATE EXCLUSIVE on the parent, which inserts and reads do
+    not conflict with, then a wait for transactions that may still read the
+    partition (they queue behind nothing). Stopped half way (a timeout, a crash),
+    the partition stays "detach pending", and the next call finishes it
+    (``FINALIZE``). It cannot run inside a transaction block; there (tests, a
+    migration) the plain ``DETACH`` under ``lock_timeout`` is used instead.
+    """
+    if connection.in_atomic_block:
+        run_with_lock_timeout([f"ALTER TABLE {PARENT} DETACH PARTITION {name}"])
+        return
+    deadline = time.monotonic() + RETRY_SECONDS
+    attempt = 0
+    while True:
+        attempt += 1
+        how = "FINALIZE" if pending(name) else "CONCURRENTLY"
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET lock_timeout = '{CONCURRENT_LOCK_TIMEOUT_MS}ms'")
+                try:
+                    cursor.execute(f"ALTER TABLE {PARENT} DETACH PARTITION {name} {how}")
+                finally:
+                    cursor.execute("RESET lock_timeout")
+            return
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != "55P03":
+                raise
+            if time.monotonic() > deadline:
+                raise UpkeepFailed(f"could not detach {name}") from exc
+            time.sleep(min(RETRY_PAUSE_SECONDS * 2 ** min(attempt, 5), 1.0))
 
 
 # The cheap check (step 1 of the module docstring): per process.

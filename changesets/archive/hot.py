@@ -89,9 +89,10 @@ def _detached() -> list[tuple[str, int]]:
     """(table, its highest seq or -1 when empty) of tables a crash left detached."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE %s"
+            # Renamed ones, and one a crash left detached before its rename.
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND NOT relispartition"
+            " AND relname ~ '^changesets_revision_[px][0-9]{12}$'"
             " AND relnamespace = current_schema()::regnamespace ORDER BY relname",
-            [DETACHED + "%"],
         )
         names = [row[0] for row in cursor.fetchall()]
     return [(name, _highest(name)) for name in names]
@@ -136,12 +137,8 @@ def drop_partitions_through(seq: int, *, on_step: Callable[[str], None] | None =
             raise NotCovered(f"{part.name} holds seq {held}: no verified cut covers it")
         rows += _count(part.name)
         away = f"{DETACHED}{part.lower:012d}"
-        partitions.run_with_lock_timeout(
-            [
-                f"ALTER TABLE {partitions.PARENT} DETACH PARTITION {part.name}",
-                f"ALTER TABLE {part.name} RENAME TO {away}",
-            ]
-        )
+        partitions.detach(part.name)
+        partitions.run_with_lock_timeout([f"ALTER TABLE {part.name} RENAME TO {away}"])
         partitions.forget()
         if on_step is not None:
             on_step("partition-detached")
