@@ -24,7 +24,8 @@ log head. Why it is shaped this way:
    conflict) and, for the cloned foreign key, SHARE ROW EXCLUSIVE on
    ``changesets_changeset`` (which does). Each attach runs with
    ``lock_timeout`` (``LOCK_TIMEOUT_MS``) and is retried, so a writer queued
-   behind it waits at most that long.
+   behind it waits at most that long. A cut's detach is ``CONCURRENTLY``
+   (:func:`detach`), which no writer waits on.
 3. Bounds come from the catalog, never from the setting: a partition's range
    is ``[lower, upper)``, new ones start at the last one's upper bound (or fill
    a gap), so changing the width later only changes the partitions made next.

@@ -8,12 +8,14 @@ changesets), so they keep the batched DELETE. Why it is shaped this way:
 
 1. Whole partitions, no DELETE: a detach and a drop cost the same whatever
    the partition holds, leave no dead tuples behind and no index to vacuum.
-   Each is its own short transaction under ``lock_timeout`` and retried
-   (``partitions.run_with_lock_timeout``), so a writer queued behind the
-   detach's ACCESS EXCLUSIVE lock on the parent waits at most 100 ms. The
-   detached table is renamed ``changesets_revision_x<lower>``, so a crash
-   between the detach and the drop leaves a table the next run finds and drops
-   (and no partition upkeep can mistake it for a partition to re-attach).
+   The detach is ``CONCURRENTLY`` (``partitions.detach``: SHARE UPDATE
+   EXCLUSIVE on the parent, which writers do not conflict with; a stopped one
+   is finished by the next run); the drop is a short transaction under
+   ``lock_timeout`` and retried (``partitions.run_with_lock_timeout``), so a
+   writer queued behind it waits at most 50 ms. The detached table is renamed
+   ``changesets_revision_x<lower>``, so a crash between the detach and the
+   drop leaves a table the next run finds and drops (one left before its
+   rename is found too), and no upkeep ever attaches it again.
 2. Never a partition whose segments were not verified: before a partition is
    detached (or a detached one dropped) a signed, switched cut must cover its
    last seq, and every segment of that cut must be verified
