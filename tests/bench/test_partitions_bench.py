@@ -41,4 +41,4 @@ def test_the_partitions_bench_runs_at_smoke_size(tmp_path):
     assert set(result["reads_plain"]) == set(result["reads_partitioned"])
     text = doc.read_text()
     assert "## Revision partitions (issue 21, phase 2)" in text
-    assert "--changesets 10000000" in text
+    assert "--changesets 7900000" in text
