@@ -13,9 +13,10 @@ log head. Why it is shaped this way:
    ``ATLAS_LOG_PARTITIONS_AHEAD`` partitions of ``ATLAS_LOG_PARTITION_SEQS``
    seqs each beyond the head, and it runs from four places: ``migrate``
    (``post_migrate``), the beat task ``changesets.partition_upkeep``, the
-   archiver before each cut, and a cheap check after every journal publish
-   (:func:`check_headroom`: a clock comparison, a read of the head at most
-   every few seconds, upkeep only when less than one partition is left).
+   archiver before each cut, and a cheap check in the journal relay, which
+   every committed changeset passes (:func:`check_headroom` with the relay's
+   mark: a clock comparison, no statement, upkeep only when less than one
+   partition is left).
    A head that outruns all of them by a whole partition width (a million
    changesets by default) is what it takes for a write to fail.
 2. Writers are not blocked: a partition is made as a plain table (``LIKE`` the
@@ -273,10 +274,11 @@ def forget() -> None:
     _covered_upper, _checked_at = None, 0.0
 
 
-def check_headroom(*, now: float | None = None) -> list[Partition]:
+def check_headroom(*, seq: int | None = None, now: float | None = None) -> list[Partition]:
     """Run upkeep when less than one partition width is left past the head; cheap otherwise.
 
-    Reads the head at most every ``CHECK_EVERY_SECONDS``, the catalog only when
+    ``seq`` is a committed seq the caller has (the journal relay's mark), else the
+    head is read; at most every ``CHECK_EVERY_SECONDS``, and the catalog only when
     the cached upper bound is unknown or about to be reached.
     """
     global _covered_upper, _checked_at
@@ -284,7 +286,7 @@ def check_headroom(*, now: float | None = None) -> list[Partition]:
     if now - _checked_at < CHECK_EVERY_SECONDS:
         return []
     _checked_at = now
-    head = log_head()
+    head = log_head() if seq is None else seq
     if _covered_upper is None:
         parts = partitions()
         _covered_upper = parts[-1].upper if parts else None

@@ -41,7 +41,6 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from changesets import partitions
 from changesets.models import JournalEntry, JournalPhase
 from changesets.outbox import pumps
 from changesets.signals import changeset_committed
@@ -130,7 +129,6 @@ def publish(changeset_ids: Sequence[Any], *, wake: Wake | None = None) -> dict[U
         return {}
     wake = wake or pumps.wake
     outcomes = _publish_with_hooks(ids, wake) if hooks_registered() else _publish_marking(ids, wake)
-    _partition_headroom()
     left = [i for i in ids if i not in outcomes]
     if left:  # not claimed: published already, held by another runner, or unknown
         phases = dict(JournalEntry.objects.filter(pk__in=left).values_list("pk", "phase"))
@@ -140,15 +138,6 @@ def publish(changeset_ids: Sequence[Any], *, wake: Wake | None = None) -> dict[U
                 MISSING if phase is None else ALREADY_PUBLISHED if phase == PUBLISHED else BUSY
             )
     return {i: outcomes[i] for i in ids}
-
-
-def _partition_headroom() -> None:
-    """The cheap partition check no deployment can miss (``changesets.partitions``):
-    every committed changeset passes here. Its failure is logged, never the publish's."""
-    try:
-        partitions.check_headroom()
-    except Exception:  # noqa: BLE001 - upkeep is retried by the next check and by beat
-        logger.exception("revision partition upkeep failed")
 
 
 def _publish_marking(ids: list[UUID], wake: Wake) -> dict[UUID, str]:

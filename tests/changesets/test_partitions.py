@@ -18,6 +18,7 @@ import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 
 from changesets import partitions
 from changesets.models import Revision
@@ -74,22 +75,24 @@ def test_a_write_at_the_last_partitions_edge_commits_once_upkeep_made_the_next(
 
 
 @pytest.mark.django_db
-def test_the_journals_cheap_check_makes_the_next_partition(
-    staff, namespace, write, settings, publish_committed
-):
+def test_the_relays_cheap_check_makes_the_next_partition(staff, namespace, write, settings):
+    from changesets.outbox import relay
+
     settings.ATLAS_LOG_PARTITION_SEQS = 4
     settings.ATLAS_LOG_PARTITIONS_AHEAD = 1
     layout([(0, 4)])
-    partitions.forget()
     write(staff, f"{NS}/order/a", {"n": 1})
-    partitions.check_headroom(now=0.0)
-    write(staff, f"{NS}/order/a", {"n": 2})
-    publish_committed()  # the journal publish runs the check (once per few seconds)
-    assert [p.lower for p in partitions.partitions()][-1] >= 4
-    for n in range(3, 9):
+    partitions.forget()
+    relay._partition_headroom(1)  # the relay passes its mark: head 1 + 4 reaches 4
+    assert [p.lower for p in partitions.partitions()] == [0, 4]
+    for n in range(2, 9):
         write(staff, f"{NS}/order/a", {"n": n})
-        partitions.check_headroom(now=1000.0 * n)
+        partitions.check_headroom(seq=n, now=1000.0 * n)
     assert partitions.headroom() >= 1
+    # Quiet between checks: the same second asks nothing of the database.
+    with CaptureQueriesContext(connection) as queries:
+        partitions.check_headroom(seq=8, now=8000.5)
+    assert not queries.captured_queries
 
 
 @pytest.mark.django_db(transaction=True)
