@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.utils import OperationalError
+from django.db.utils import OperationalError, ProgrammingError
 
 from atlas import conf
 
@@ -59,6 +59,9 @@ RETRY_SECONDS = 300.0
 RETRY_PAUSE_SECONDS = 0.05
 # The cheap check reads the head at most this often per process.
 CHECK_EVERY_SECONDS = 5.0
+
+# Another process made the partition first: "already exists", "would overlap".
+_RACED = {"42P07", "42P17"}
 
 _BOUND = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
 
@@ -157,8 +160,14 @@ def ensure_covering(lo: int, hi: int, *, lock_timeout: bool = True) -> list[Part
     if not is_partitioned():
         return []
     made = []
-    for lower, upper in missing(max(lo, 0), hi, partitions()):
-        made.append(_attach(lower, upper, lock_timeout=lock_timeout))
+    for _ in range(10):  # another process making the same partitions: look again
+        try:
+            for lower, upper in missing(max(lo, 0), hi, partitions()):
+                made.append(_attach(lower, upper, lock_timeout=lock_timeout))
+            break
+        except (ProgrammingError, OperationalError) as exc:
+            if getattr(exc.__cause__, "sqlstate", None) not in _RACED:
+                raise
     if made:
         forget()
     return made
