@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.utils import OperationalError, ProgrammingError
+from django.db.utils import IntegrityError, OperationalError, ProgrammingError
 
 from atlas import conf
 
@@ -60,8 +60,9 @@ RETRY_PAUSE_SECONDS = 0.05
 # The cheap check reads the head at most this often per process.
 CHECK_EVERY_SECONDS = 5.0
 
-# Another process made the partition first: "already exists", "would overlap".
-_RACED = {"42P07", "42P17"}
+# Another process made the partition first: "already exists" (or its catalog row's
+# unique key, when both create at once), "would overlap".
+_RACED = {"42P07", "42P17", "23505"}
 
 _BOUND = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
 
@@ -165,7 +166,7 @@ def ensure_covering(lo: int, hi: int, *, lock_timeout: bool = True) -> list[Part
             for lower, upper in missing(max(lo, 0), hi, partitions()):
                 made.append(_attach(lower, upper, lock_timeout=lock_timeout))
             break
-        except (ProgrammingError, OperationalError) as exc:
+        except (ProgrammingError, OperationalError, IntegrityError) as exc:
             if getattr(exc.__cause__, "sqlstate", None) not in _RACED:
                 raise
     if made:

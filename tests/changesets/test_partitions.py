@@ -193,3 +193,34 @@ def test_the_beat_task_keeps_partitions_ahead(settings):
     result = partition_upkeep()
     assert result["made"] == [partitions.partition_name(5), partitions.partition_name(15)]
     assert result["headroom"] == 24
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_making_the_same_partitions_both_succeed(settings):
+    """Two workers' upkeep at once (two ``migrate``s, two beat runs): no 'already exists'."""
+    settings.ATLAS_LOG_PARTITION_SEQS = 3
+    settings.ATLAS_LOG_PARTITIONS_AHEAD = 10
+    layout([(0, 3)])
+    errors: list[Exception] = []
+    barrier = threading.Barrier(3)
+
+    def upkeep() -> None:
+        try:
+            barrier.wait(timeout=10)
+            partitions.ensure_ahead()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=upkeep) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert not errors, errors
+        bounds = [(p.lower, p.upper) for p in partitions.partitions()]
+        assert bounds == [(n, n + 3) for n in range(0, 33, 3)]
+    finally:
+        standard()
