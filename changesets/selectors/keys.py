@@ -118,9 +118,13 @@ def namespace_revisions(
     return [row_of(r) for r in rows]
 
 
-# How many seqs below a key-filtered page's start its newest-first walk covers
-# before the rest of the page comes off the key's posting list (_key_revisions).
+# How many revisions below a key-filtered page's start its newest-first walk
+# covers before the rest of the page comes off the key's posting list
+# (_key_revisions).
 KEY_WINDOW = 3000
+# Below the window, a key with fewer matches than this is read off its posting
+# list (one heap fetch a match); one with more is walked for (it is common).
+KEY_PROBE = 20_000
 # The key rule spelled so that no index matches it: the walk tests it row by
 # row, and must not trade the walk for the key's whole posting list.
 _KEY_TEST = f"({_KEY_RULE}) IS TRUE"
@@ -129,23 +133,28 @@ _KEY_TEST = f"({_KEY_RULE}) IS TRUE"
 def _key_revisions(
     where: RevisionFilter, branch: str, after: tuple[int, int] | None, limit: int
 ) -> list[HistoryRow]:
-    """A key-filtered page in one statement of two arms, the second run only if
-    the first comes up short (``Limit`` over ``Append`` stops pulling once the
+    """A key-filtered page in one statement of arms, each run only if those
+    before it came up short (``Limit`` over ``Append`` stops pulling once the
     page is full):
 
-    1. The walk: the newest ``KEY_WINDOW`` seqs below the page's start, newest
-       first off ``revision_seq``, the namespace and the key rule tested on each
-       row. A key changed often fills the page here; a miss costs the window.
-    2. Everything older: the key's posting list in the GIN index
-       ``revision_changed_keys`` alone, top-N sorted. The key's terms name branch
-       and namespace, so this arm leaves those columns out, and its seq bound is
-       spelled ``seq + 0``: either would only AND in a bitmap of half the log.
+    1. The walk: the newest ``KEY_WINDOW`` revisions of the log below the page's
+       start, newest first off ``revision_seq``, the namespace and the key rule
+       tested on each row. A key changed often fills the page here; a miss costs
+       the window.
+    2. Everything older, if the key has fewer than ``KEY_PROBE`` matches there
+       (counted up to that many): the key's posting list in the GIN index
+       ``revision_changed_keys`` alone, top-N sorted. The key's terms name
+       branch and namespace, so this arm leaves those columns out, and its seq
+       bound is spelled ``seq + 0``: either would only AND in a bitmap of half
+       the log.
+    3. Otherwise the walk goes on below the window: the key is common, only
+       quiet lately (a burst of writes elsewhere), so its page is near.
 
     A GIN index cannot return rows newest first, and the planner, taking a key's
     matches to be spread evenly, used to walk the whole namespace back for a key
     last changed long ago (4.5 s at a million revisions, bench/keys_blame_diff.py).
-    What is left: a key changed rarely in the window but often before it pays
-    its older matches in the second arm (one heap fetch each; docs/history.md).
+    What is left: a key with more than ``KEY_PROBE`` matches, all of them old,
+    is walked back to (docs/history.md).
     Tried and dropped: arms over growing ranges of seq between the two, ANDing
     the posting list with ``revision_seq``: the planner ANDed a 66,000-entry
     range into a 5-row posting list. The changeset's columns are joined to the
@@ -177,20 +186,25 @@ def _key_revisions(
         conds.append((f"{_T}.at <= %s", [end_of_millisecond(where.until)]))
     if floor := boundary.floor():
         conds.append((f"{_T}.seq + 0 > %s", [floor]))
-    if after is not None:
-        start, start_params = "%s::bigint", [after[0]]
-    else:
-        start, start_params = "(SELECT seq FROM changesets_loghead WHERE id = 1)", []
+    # The walk's lower bound: the seq of the KEY_WINDOW-th newest revision below
+    # the page's start (an index-only count back along ``revision_seq``), so the
+    # walk covers that many revisions however many a changeset holds.
+    below = "" if after is None else f"WHERE {_T}.seq <= %s"
+    low = (
+        f"COALESCE((SELECT {_T}.seq FROM {_T} {below} ORDER BY {_T}.seq DESC"
+        f" OFFSET {KEY_WINDOW:d} LIMIT 1), 0)"
+    )
+    low_params = [] if after is None else [after[0]]
     picked = f"SELECT {_T}.id, {_T}.changeset_id, {_T}.seq FROM {_T} WHERE "
     arms: list[str] = []
     args: list[Any] = []
 
-    def add(parts: list[tuple[str, list[Any]]], bounds: str, bound_params: list[Any]) -> None:
+    def add(parts: list[tuple[str, list[Any]]], bound: str, order: str) -> None:
         arms.append(
-            f"({picked}{' AND '.join([c for c, _ in parts] + [bounds])}"
-            f" ORDER BY {_T}.seq DESC, {_T}.id DESC LIMIT %s)"
+            f"({picked}{' AND '.join([c for c, _ in parts] + [bound])}"
+            f" ORDER BY {order} DESC, {_T}.id DESC LIMIT %s)"
         )
-        args.extend([p for _, ps in parts for p in ps] + bound_params + [limit])
+        args.extend([p for _, ps in parts for p in ps] + low_params + [limit])
 
     # The walk spells branch and namespace so that no index matches them: the
     # planner, expecting few matches, otherwise read the window out of
@@ -204,13 +218,27 @@ def _key_revisions(
     ]
     if after is not None:
         walk.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
-    add(walk, f"{_T}.seq > {start} - {KEY_WINDOW:d}", start_params)
-    add([(_KEY_RULE, rule), *conds[2:]], f"{_T}.seq + 0 <= {start} - {KEY_WINDOW:d}", start_params)
+    add(walk, f"{_T}.seq > {low}", f"{_T}.seq")
+    # Below the window: the key's posting list if it holds fewer than
+    # KEY_PROBE matches there (counted up to that many, only if the walk came up
+    # short), else the walk goes on. Ordered by ``seq + 0`` so that no index
+    # gives the posting list's arm its order (the planner would walk instead).
+    older = [(_KEY_RULE, rule), *conds[2:]]
+    probe = (
+        f"SELECT count(*) AS n FROM (SELECT 1 FROM {_T} WHERE"
+        f" {' AND '.join([c for c, _ in older] + [f'{_T}.seq + 0 <= {low}'])}"
+        f" LIMIT {KEY_PROBE:d}) matches"
+    )
+    probe_args = [p for _, ps in older for p in ps] + low_params
+    add(older, f"{_T}.seq + 0 <= {low} AND (SELECT n FROM probe) < {KEY_PROBE:d}", f"{_T}.seq + 0")
+    add(walk, f"{_T}.seq <= {low} AND (SELECT n FROM probe) >= {KEY_PROBE:d}", f"{_T}.seq")
     sql = (
-        f"WITH page AS (SELECT * FROM ({' UNION ALL '.join(arms)}) arms LIMIT %s)"
+        f"WITH probe AS MATERIALIZED ({probe}),"
+        f" page AS (SELECT * FROM ({' UNION ALL '.join(arms)}) arms LIMIT %s)"
         f" {SELECT_ROWS} JOIN page ON page.id = {_T}.id AND page.seq = {_T}.seq"
         f" ORDER BY {_T}.seq DESC, {_T}.id DESC"
     )
+    args[:0] = probe_args
     args.append(limit)
     with read_connection().cursor() as cursor:
         cursor.execute(sql, args)
