@@ -103,6 +103,18 @@ if ATLAS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS > 0 and not _transaction_pooling
 if not env_bool("ATLAS_DB_JIT", default=False) and not _transaction_pooling:
     _options = DATABASES["default"]["OPTIONS"].get("options", "")
     DATABASES["default"]["OPTIONS"]["options"] = f"{_options} -c jit=off".strip()
+# Parallel query, likewise: a Gather starts its worker processes for every
+# execution (about 5 ms each here), which is more than a page's statement costs.
+# The planner chose one for the key-filtered /revisions page at 60,000
+# changesets (1 ms of work, 15 ms with the workers) because the key rule's
+# function is declared expensive (COST 1000, migration 0013). Atlas's reads are
+# pages off indexes; an operator's ad-hoc analytics can SET it back per session.
+# (Behind a transaction-mode pooler: ALTER ROLE ... SET, docs/deploy.md.)
+if not env_bool("ATLAS_DB_PARALLEL", default=False) and not _transaction_pooling:
+    _options = DATABASES["default"]["OPTIONS"].get("options", "")
+    DATABASES["default"]["OPTIONS"]["options"] = (
+        f"{_options} -c max_parallel_workers_per_gather=0"
+    ).strip()
 # The hot statements (role lookup, a write's lock and log statement) are prepared
 # once per connection (atlas/db.py). Prepared statements live in the server
 # session, so they are off under transaction pooling (PgBouncer 1.18, Debian 12's,

@@ -24,6 +24,7 @@ from typing import Any
 from django.db.models import BigIntegerField, BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
+from atlas.replicas import read_connection
 from changesets import pointers
 from changesets.archive import boundary
 from changesets.models import BASELINE, Revision
@@ -31,6 +32,7 @@ from changesets.selectors.log import after_cut, end_of_millisecond
 from changesets.selectors.rows import (
     AT_MICROS,
     ENTITY_WHERE,
+    SELECT_ROWS,
     VALUES,
     HistoryRow,
     history_rows,
@@ -99,11 +101,14 @@ def namespace_revisions(
     """Revisions of one namespace on ``branch``, newest first (seq, then id), after
     the position ``after`` ((seq, id) of the last row of the previous page).
 
-    With a key, the GIN index finds the revisions that touched it, however rare;
-    without one, the rows come off the ``revision_seq`` or ``revision_history``
-    index, whichever the planner judges cheaper for the namespace's share of the log.
-    Rows, not model instances (:mod:`changesets.selectors.rows`).
+    Without a key, the rows come off the ``revision_seq`` or ``revision_history``
+    index, whichever the planner judges cheaper for the namespace's share of the
+    log: either way the page reads in proportion to that share, not to the log.
+    With one, :func:`_key_revisions`. Rows, not model instances
+    (:mod:`changesets.selectors.rows`).
     """
+    if where.key:
+        return _key_revisions(where, branch, after, limit)
     qs = _filtered(where, branch)
     if after is not None:
         seq, rid = after
@@ -111,6 +116,133 @@ def namespace_revisions(
     qs = qs.annotate(at_micros=RawSQL(AT_MICROS, [], output_field=BigIntegerField()))
     rows = qs.order_by("-seq", "-id").values_list(*VALUES)[:limit]
     return [row_of(r) for r in rows]
+
+
+# How many revisions below a key-filtered page's start its newest-first walk
+# covers before the rest of the page comes off the key's posting list
+# (_key_revisions).
+KEY_WINDOW = 3000
+# Below the window, a key with fewer matches than this is read off its posting
+# list (one heap fetch a match); one with more is walked for (it is common).
+KEY_PROBE = 20_000
+# The key rule spelled so that no index matches it: the walk tests it row by
+# row, and must not trade the walk for the key's whole posting list.
+_KEY_TEST = f"({_KEY_RULE}) IS TRUE"
+
+
+def _key_revisions(
+    where: RevisionFilter, branch: str, after: tuple[int, int] | None, limit: int
+) -> list[HistoryRow]:
+    """A key-filtered page in one statement of arms, each run only if those
+    before it came up short (``Limit`` over ``Append`` stops pulling once the
+    page is full):
+
+    1. The walk: the newest ``KEY_WINDOW`` revisions of the log below the page's
+       start, newest first off ``revision_seq``, the namespace and the key rule
+       tested on each row. A key changed often fills the page here; a miss costs
+       the window.
+    2. Everything older, if the key has fewer than ``KEY_PROBE`` matches there
+       (counted up to that many): the key's posting list in the GIN index
+       ``revision_changed_keys`` alone, top-N sorted. The key's terms name
+       branch and namespace, so this arm leaves those columns out, and its seq
+       bound is spelled ``seq + 0``: either would only AND in a bitmap of half
+       the log.
+    3. Otherwise the walk goes on below the window: the key is common, only
+       quiet lately (a burst of writes elsewhere), so its page is near.
+
+    A GIN index cannot return rows newest first, and the planner, taking a key's
+    matches to be spread evenly, used to walk the whole namespace back for a key
+    last changed long ago (4.5 s at a million revisions, bench/keys_blame_diff.py).
+    What is left: a key with more than ``KEY_PROBE`` matches, all of them old,
+    is walked back to (docs/history.md).
+    Tried and dropped: arms over growing ranges of seq between the two, ANDing
+    the posting list with ``revision_seq``: the planner ANDed a 66,000-entry
+    range into a 5-row posting list. The changeset's columns are joined to the
+    page's rows only.
+    """
+    assert where.key
+    rule = [branch, where.namespace, where.key]
+    # (condition, its parameters). The first two only in the walk (see above).
+    conds: list[tuple[str, list[Any]]] = [
+        (f"{_T}.branch = %s", [branch]),
+        (f"{_T}.namespace = %s", [where.namespace]),
+    ]
+    if where.kind is not None:
+        conds.append((f"{_T}.kind = %s", [where.kind]))
+    if where.author is not None:
+        conds.append(
+            (
+                "EXISTS (SELECT 1 FROM changesets_changeset a"
+                f" WHERE a.id = {_T}.changeset_id AND a.author_name = %s)",
+                [where.author],
+            )
+        )
+    if where.since is not None:
+        boundary.check_since(
+            where.since, "since reaches back to the archive cut.", pointer="/since"
+        )
+        conds.append((f"{_T}.at >= %s", [where.since]))
+    if where.until is not None:
+        conds.append((f"{_T}.at <= %s", [end_of_millisecond(where.until)]))
+    if floor := boundary.floor():
+        conds.append((f"{_T}.seq + 0 > %s", [floor]))
+    # The walk's lower bound: the seq of the KEY_WINDOW-th newest revision below
+    # the page's start (an index-only count back along ``revision_seq``), so the
+    # walk covers that many revisions however many a changeset holds.
+    below = "" if after is None else f"WHERE {_T}.seq <= %s"
+    low = (
+        f"COALESCE((SELECT {_T}.seq FROM {_T} {below} ORDER BY {_T}.seq DESC"
+        f" OFFSET {KEY_WINDOW:d} LIMIT 1), 0)"
+    )
+    low_params = [] if after is None else [after[0]]
+    picked = f"SELECT {_T}.id, {_T}.changeset_id, {_T}.seq FROM {_T} WHERE "
+    arms: list[str] = []
+    args: list[Any] = []
+
+    def add(parts: list[tuple[str, list[Any]]], bound: str, order: str) -> None:
+        arms.append(
+            f"({picked}{' AND '.join([c for c, _ in parts] + [bound])}"
+            f" ORDER BY {order} DESC, {_T}.id DESC LIMIT %s)"
+        )
+        args.extend([p for _, ps in parts for p in ps] + low_params + [limit])
+
+    # The walk spells branch and namespace so that no index matches them: the
+    # planner, expecting few matches, otherwise read the window out of
+    # ``revision_history``, i.e. every entry of the namespace (its seq is not a
+    # leading column there): a cost that grows with the namespace.
+    walk = [
+        (f"{_T}.branch || '' = %s", [branch]),
+        (f"{_T}.namespace || '' = %s", [where.namespace]),
+        *conds[2:],
+        (_KEY_TEST, rule),
+    ]
+    if after is not None:
+        walk.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
+    add(walk, f"{_T}.seq > {low}", f"{_T}.seq")
+    # Below the window: the key's posting list if it holds fewer than
+    # KEY_PROBE matches there (counted up to that many, only if the walk came up
+    # short), else the walk goes on. Ordered by ``seq + 0`` so that no index
+    # gives the posting list's arm its order (the planner would walk instead).
+    older = [(_KEY_RULE, rule), *conds[2:]]
+    probe = (
+        f"SELECT count(*) AS n FROM (SELECT 1 FROM {_T} WHERE"
+        f" {' AND '.join([c for c, _ in older] + [f'{_T}.seq + 0 <= {low}'])}"
+        f" LIMIT {KEY_PROBE:d}) matches"
+    )
+    probe_args = [p for _, ps in older for p in ps] + low_params
+    add(older, f"{_T}.seq + 0 <= {low} AND (SELECT n FROM probe) < {KEY_PROBE:d}", f"{_T}.seq + 0")
+    add(walk, f"{_T}.seq <= {low} AND (SELECT n FROM probe) >= {KEY_PROBE:d}", f"{_T}.seq")
+    sql = (
+        f"WITH probe AS MATERIALIZED ({probe}),"
+        f" page AS (SELECT * FROM ({' UNION ALL '.join(arms)}) arms LIMIT %s)"
+        f" {SELECT_ROWS} JOIN page ON page.id = {_T}.id AND page.seq = {_T}.seq"
+        f" ORDER BY {_T}.seq DESC, {_T}.id DESC"
+    )
+    args[:0] = probe_args
+    args.append(limit)
+    with read_connection().cursor() as cursor:
+        cursor.execute(sql, args)
+        return [row_of(r) for r in cursor.fetchall()]
 
 
 def _filtered(where: RevisionFilter, branch: str) -> QuerySet[Revision]:

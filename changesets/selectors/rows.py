@@ -64,7 +64,7 @@ REVISION = "changesets_revision"
 # changeset's ``at`` is the revision's (``Revision`` copies it; ``verify_log``
 # checks the copy).
 AT_MICROS = f"(extract(epoch from {REVISION}.at) * 1000000)::int8"
-_SELECT = (
+SELECT_ROWS = (
     f"SELECT {REVISION}.id, {REVISION}.changeset_id, {REVISION}.seq, {REVISION}.branch,"
     f" {AT_MICROS}, {REVISION}.namespace, {REVISION}.kind, {REVISION}.slug, {REVISION}.op,"
     f" {REVISION}.before, {REVISION}.after, {REVISION}.before_version,"
@@ -128,7 +128,7 @@ def history_rows(
 ) -> list[HistoryRow]:
     """Revisions matching ``where`` (SQL over the revision table, with ``params``),
     below ``before_seq`` if given, newest first, at most ``limit``: one statement."""
-    sql = f"{_SELECT} WHERE {where}"
+    sql = f"{SELECT_ROWS} WHERE {where}"
     args = list(params)
     if before_seq is not None:
         sql += f" AND {REVISION}.seq < %s"

@@ -455,6 +455,20 @@ def test_transaction_pooling_keeps_nothing_in_the_session():
     assert direct["no_named_cursors"] is False
 
 
+def test_parallel_query_is_off_unless_asked_for():
+    # A Gather's workers cost more to start than a page's statement (docs/deploy.md).
+    assert "max_parallel_workers_per_gather=0" in _settings_under()["options"]["options"]
+    allowed = _settings_under(ATLAS_DB_PARALLEL="1")["options"]["options"]
+    assert "max_parallel_workers_per_gather" not in allowed
+
+
+@pytest.mark.django_db
+def test_the_sessions_atlas_opens_run_no_parallel_workers():
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        assert cursor.fetchone()[0] == "0"
+
+
 def test_djangos_pool_is_configured_with_a_reset_and_no_persistent_connections():
     pooled = _settings_under(ATLAS_DB_POOL="1", ATLAS_DB_CONN_MAX_AGE="60")
     assert pooled["options"]["pool"] == ["max_size", "min_size", "reset", "timeout"]

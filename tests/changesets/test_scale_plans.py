@@ -22,8 +22,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import resolve
 
 from bench import scale_populate as pop
+from changesets import pointers
 from changesets.admin import search
-from changesets.models import Changeset
+from changesets.models import Changeset, Revision
+from changesets.selectors import keys
 from changesets.selectors.log import changeset_list
 from tests.changesets.partition_helpers import parent_index
 from tests.changesets.test_time_seek import analyze, assert_seek, nodes, only_sql
@@ -174,3 +176,86 @@ def test_admin_scoped_namespace_filter_plans_like_the_superusers(log, staff, sco
         query = f"?namespace={pop.MID_NS}{extra}"
         plans = [analyze(admin_statement(user, query)) for user in (staff, scoped)]
         assert shape(plans[0]) == shape(plans[1]), query
+
+
+# --- GET /revisions?namespace=&key= -----------------------------------------------------------
+
+
+def brute_key(namespace: str, key: str, after: tuple[int, int] | None = None) -> list[int]:
+    """The key rule by its definition, over every revision of the namespace."""
+    rows = Revision.objects.filter(branch="", namespace=namespace).values_list(
+        "seq", "id", "changed"
+    )
+    hits = sorted(
+        (
+            (seq, rid)
+            for seq, rid, changed in rows
+            if any(pointers.relates(p, key) for p in changed)
+        ),
+        reverse=True,
+    )
+    if after is not None:
+        hits = [h for h in hits if h < after]
+    return [rid for _, rid in hits[:51]]
+
+
+KEY_CASES = [
+    (pop.BUSY_NS, "/n"),  # changed by every revision: the walk fills the page
+    (pop.BUSY_NS, "/name"),  # set by creates only, none in the window: the posting list
+    (pop.BUSY_NS, "/tags/0"),  # inside an array member set by creates
+    (pop.MID_NS, "/n"),  # 3% of the log: 150 rows in the window
+    (pop.MID_NS, "/price"),
+    (pop.RARE_NS, "/name"),  # a handful in all: the window finds none, the list the rest
+    (pop.BUSY_NS, "/nothing"),  # matches nothing: both arms run dry
+]
+
+
+def test_a_key_filtered_revisions_page_walks_the_window_then_reads_the_keys_own_revisions(log):
+    for namespace, key in KEY_CASES:
+        rows, sql = only_sql(
+            lambda ns=namespace, k=key: keys.namespace_revisions(
+                where=keys.RevisionFilter(namespace=ns, key=k), limit=51
+            )
+        )
+        assert [r.id for r in rows] == brute_key(namespace, key), (namespace, key)
+        plan = analyze(sql)
+        found = list(nodes(plan))
+        assert "Seq Scan" not in [n["Node Type"] for n in found], (key, shape(plan))
+        # Only the key's posting list is read as a bitmap: never a bitmap of the
+        # namespace's revisions or of the log below the window ANDed into it.
+        bitmaps = {n["Index Name"] for n in found if n["Node Type"] == "Bitmap Index Scan"}
+        assert bitmaps <= {"revision_changed_keys"}, (key, shape(plan))
+        assert "revision_history" not in indexes(plan), (key, shape(plan))
+        for node in found:
+            if node.get("Index Name") == "revision_seq" and "Scan" in node["Node Type"]:
+                # The walk: the window's revisions at most (the bound's own count
+                # back along the index is an index-only scan of as many entries).
+                assert node.get("Rows Removed by Filter", 0) <= keys.KEY_WINDOW + 1, node
+                assert node["Actual Rows"] <= keys.KEY_WINDOW + 1, node
+        # What the posting list fetches is the key's own revisions, no more.
+        total = (
+            Revision.objects.filter(branch="", namespace=namespace)
+            .filter(keys.key_filter(branch="", namespace=namespace, key=key))
+            .count()
+        )
+        for node in found:
+            if node["Node Type"] == "Bitmap Heap Scan":
+                assert node["Actual Rows"] + node.get("Rows Removed by Filter", 0) <= total, node
+
+
+@pytest.mark.parametrize("probe", [20_000, 500], ids=["posting-list", "walk-on"])
+def test_key_filtered_revisions_page_across_the_window_in_order(log, monkeypatch, probe):
+    # A window that ends inside the first pages; with a probe of 500 a key with
+    # more matches than that below the window is walked for, else read off its list.
+    monkeypatch.setattr(keys, "KEY_WINDOW", 300)
+    monkeypatch.setattr(keys, "KEY_PROBE", probe)
+    for namespace, key in [(pop.BUSY_NS, "/n"), (pop.MID_NS, "/n"), (pop.BUSY_NS, "/name")]:
+        after = None
+        for _ in range(4):
+            rows = keys.namespace_revisions(
+                where=keys.RevisionFilter(namespace=namespace, key=key), after=after, limit=51
+            )
+            assert [r.id for r in rows] == brute_key(namespace, key, after), (key, after)
+            if len(rows) < 51:
+                break
+            after = (rows[-1].seq, rows[-1].id)
