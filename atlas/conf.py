@@ -65,6 +65,9 @@ DEFAULTS: dict[str, Any] = {
     "ATLAS_ARCHIVE_DELETE_BATCH": 2_000,
     "ATLAS_ARCHIVE_GRACE_SECONDS": 10.0,
     "ATLAS_ARCHIVE_CUT_CACHE_SECONDS": 2.0,
+    # The revision table's partitions (changesets.partitions, docs/retention.md).
+    "ATLAS_LOG_PARTITION_SEQS": 1_000_000,
+    "ATLAS_LOG_PARTITIONS_AHEAD": 2,
     # 0: no global retention (history stays hot unless a cut is made by hand).
     "ATLAS_RETENTION_DAYS": 0,
 }

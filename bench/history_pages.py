@@ -236,7 +236,12 @@ def stage(total: int, repeat: int, database: str) -> dict:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM changesets_revision")
         revisions = cursor.fetchone()[0]
-        cursor.execute("SELECT pg_total_relation_size('changesets_revision')")
+        cursor.execute(  # over its partitions: a partitioned table has no storage of its own
+            "SELECT sum(pg_total_relation_size(r))::bigint"
+            " FROM (SELECT 'changesets_revision'::regclass"
+            " AS r UNION ALL SELECT inhrelid::regclass FROM pg_inherits"
+            " WHERE inhparent = 'changesets_revision'::regclass) p"
+        )
         table_bytes = cursor.fetchone()[0]
     rng = random.Random(total)
     slugs = [f"e{rng.randrange(entities):07d}" for _ in range(repeat + 3)]

@@ -287,6 +287,10 @@ def page_sql(peer: str, slug: str) -> tuple[str, Any]:
 def table_bytes(cursor, peer: str) -> int:
     total = 0
     for name in HISTORY_TABLES[peer]:
-        cursor.execute("SELECT pg_total_relation_size(%s)", [name])
+        cursor.execute(  # over its partitions (Atlas's revision table is partitioned)
+            "SELECT sum(pg_total_relation_size(r))::bigint FROM (SELECT %s::regclass AS r UNION ALL"
+            " SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = %s::regclass) p",
+            [name, name],
+        )
         total += cursor.fetchone()[0]
     return total

@@ -82,6 +82,11 @@ def populate(cursor: Any, n: int) -> dict[str, float]:
     if cursor.fetchone()[0]:
         raise SystemExit("the log is not empty: use a fresh database")
     steps: dict[str, float] = {}
+    # The revision table is partitioned by seq (changesets.partitions, no DEFAULT
+    # partition): seqs 1..n need partitions before the rows go in.
+    from changesets import partitions  # (Django is set up by the caller)
+
+    partitions.ensure_covering(1, n + 1, lock_timeout=False)
 
     def step(name: str, sql: str, params: Any = None) -> None:
         started = time.perf_counter()

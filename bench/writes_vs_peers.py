@@ -532,7 +532,11 @@ def measure_storage(connection: Any, atlas_namespaces: list[str], peers: bool, r
             )
             rows, avg = cursor.fetchone()
             cursor.execute(
-                f"SELECT pg_indexes_size('{relation}'::regclass), (SELECT count(*) FROM {relation})"
+                f"SELECT (SELECT sum(pg_indexes_size(r))::bigint"
+                f" FROM (SELECT '{relation}'::regclass AS r"
+                f" UNION ALL SELECT inhrelid::regclass FROM pg_inherits"
+                f" WHERE inhparent = '{relation}'::regclass) p),"
+                f" (SELECT count(*) FROM {relation})"
             )
             index_bytes, total = cursor.fetchone()
         return rows, float(avg), index_bytes / max(total, 1)

@@ -196,8 +196,13 @@ class Revision(AppendOnlyModel):
             ),
         ]
         constraints = [
+            # ``seq`` is implied by the changeset; it is here because the table is
+            # range-partitioned by it (migration 0025), and every unique constraint of
+            # a partitioned table must include the partition key. For the same reason
+            # the primary key in the database is ``(id, seq)``; Django's view of it
+            # stays ``id`` (ids are unique: one identity sequence draws them all).
             models.UniqueConstraint(
-                fields=["changeset", "namespace", "kind", "slug"],
+                fields=["changeset", "namespace", "kind", "slug", "seq"],
                 name="revision_one_per_entity_changeset",
             ),
             models.CheckConstraint(

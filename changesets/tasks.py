@@ -20,6 +20,7 @@ from typing import Any
 from celery import shared_task
 
 from atlas import conf
+from changesets import partitions
 from changesets.archive import archiver, locks, retention, storage
 from changesets.outbox import (
     journal,
@@ -76,3 +77,11 @@ def archive_retention() -> dict[str, Any]:
         "rewrites": outcome.rewrites,
         "limits": outcome.plan.limits if outcome.plan else [],
     }
+
+
+@shared_task(name="changesets.partition_upkeep", acks_late=True)
+def partition_upkeep() -> dict[str, Any]:
+    """Beat: keep ``ATLAS_LOG_PARTITIONS_AHEAD`` revision partitions past the log head
+    (``changesets.partitions``); the partitions made and the seqs of headroom left."""
+    made = partitions.ensure_ahead()
+    return {"made": [p.name for p in made], "headroom": partitions.headroom()}

@@ -84,6 +84,7 @@ ATLAS_WEBHOOK_MAX_ATTEMPTS = env_int("ATLAS_WEBHOOK_MAX_ATTEMPTS", 20)
 ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS = env_float("ATLAS_WEBHOOK_SECRET_OVERLAP_SECONDS", 86400)
 
 # How often beat runs the archive's retention task (docs/retention.md).
+ATLAS_PARTITION_UPKEEP_INTERVAL_SECONDS = env_float("ATLAS_PARTITION_UPKEEP_INTERVAL_SECONDS", 600)
 ATLAS_RETENTION_INTERVAL_SECONDS = env_float("ATLAS_RETENTION_INTERVAL_SECONDS", 86400)
 CELERY_BEAT_SCHEDULE: dict = {
     "journal-sweep": {
@@ -99,6 +100,13 @@ CELERY_BEAT_SCHEDULE: dict = {
     },
     # Applies ATLAS_RETENTION_DAYS and the namespaces' retention (a no-op when none is
     # set) and finishes any interrupted cut or erasure rewrite of the archive.
+    # Revision partitions ahead of the log head (changesets.partitions; also run by
+    # migrate, the archiver and a check after each journal publish).
+    "partition-upkeep": {
+        "task": "changesets.partition_upkeep",
+        "schedule": ATLAS_PARTITION_UPKEEP_INTERVAL_SECONDS,
+        "options": {"expires": ATLAS_PARTITION_UPKEEP_INTERVAL_SECONDS},
+    },
     "archive-retention": {
         "task": "changesets.archive_retention",
         "schedule": ATLAS_RETENTION_INTERVAL_SECONDS,

@@ -56,6 +56,7 @@ class ChangeFeedViewSet(viewsets.ViewSet):
                 namespaces=namespaces,
                 capture=query["capture"],
                 limit=query["limit"],
+                from_cut="since" not in query,
             )
         body = page.as_dict()
         body["watermark"] = feed.visible_watermark(body["watermark"], readable)

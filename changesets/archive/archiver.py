@@ -19,13 +19,17 @@ moves to the next state only once that work is durable:
    under the signing lock.
 5. **switched** — reads end at the cut (``boundary``). Nothing is removed yet.
 6. **removed** — after ``ATLAS_ARCHIVE_GRACE_SECONDS`` (readers that cached the
-   previous cut have moved on), ``hot.remove_through`` removes the rows in
-   short batches, recording its progress; then the retired state rows go.
+   previous cut have moved on), ``hot.remove_through`` detaches and drops the
+   revision partitions the cut covers, one at a time, then removes the
+   changesets and journal entries in short batches, recording its progress;
+   then the retired state rows go.
 
 The log's delete guard (migration 0024) admits a removal only for a signed,
-switched cut, so no row goes whose segment was not written and verified.
+switched cut, and ``hot`` drops a partition only for a signed, switched cut
+whose segments are all verified, so no row goes whose segment was not
+written and verified.
 One archiver runs at a time (``locks.archiver``). ``pause`` is called at each
-step's end (and after each segment and batch) with the point's name: the
+step's end (and after each segment, partition detach and drop, and batch) with the point's name: the
 command's ``--pause-at`` hook stops there, which the crash tests use to kill
 a real process at each step.
 """
@@ -43,7 +47,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from atlas import conf
-from changesets import chain
+from changesets import chain, partitions
 from changesets.archive import (
     base,
     boundary,
@@ -108,6 +112,7 @@ def archive(
         return Outcome(plan=plan.plan_cut(before) if before is not None else None, dry_run=True)
     storage.signing_key()  # refuse before anything is written, not at the signature
     with locks.archiver():
+        partitions.ensure_ahead()  # one of upkeep's four callers (changesets.partitions)
         outcome = Outcome(rewrites=rewrite.run_pending())
         open_cut = ArchiveCut.objects.exclude(state=CutState.REMOVED).first()
         if open_cut is not None:
@@ -302,7 +307,7 @@ def _remove(cut: ArchiveCut, bars: Progress, stop: Pause) -> None:
         ArchiveCut.objects.filter(pk=cut.pk).update(removed_through=last_seq)
         bar.update(revisions)
 
-    hot.remove_through(cut.seq, on_batch=_paused(batch_done, stop))
+    hot.remove_through(cut.seq, on_batch=_paused(batch_done, stop), on_step=stop)
     bar.close()
     base.purge(cut.seq)
     _advance(cut, CutState.REMOVED, removed_at=timezone.now(), removed_through=cut.seq)

@@ -1,19 +1,36 @@
 """The one code path that removes rows from the hot log: an archive cut's removal.
 
-Phase 1 (issue 21) removes by batched DELETE; a later phase detaches range
-partitions here instead, and nothing outside this module changes. Why it is
-shaped this way:
+Revisions are range-partitioned by seq (``changesets.partitions``), and the
+planner ends a cut where a partition ends, so the revisions go a partition at
+a time: detached, then dropped. Changesets and journal entries are not
+partitioned (branches, subscriptions and others hold foreign keys to
+changesets), so they keep the batched DELETE. Why it is shaped this way:
 
-1. Bounded batches: each batch is its own short transaction of about
-   ``ATLAS_ARCHIVE_DELETE_BATCH`` revisions (whole changesets), oldest first,
-   so no statement holds locks or a snapshot for long and a crash loses at
-   most one batch's work (the next run starts at the oldest row left).
-2. The guard: the log's delete triggers (migration 0024) refuse every DELETE
-   unless the transaction set ``atlas.archiving`` (``SET LOCAL``, so it ends
-   with the transaction) and a signed, switched cut covers the row. This is
-   the only place that sets it.
-3. Writers never wait on it: it deletes rows no writer touches (old seqs),
-   and takes no lock on the log head.
+1. Whole partitions, no DELETE: a detach and a drop cost the same whatever
+   the partition holds, leave no dead tuples behind and no index to vacuum.
+   The detach is ``CONCURRENTLY`` (``partitions.detach``: SHARE UPDATE
+   EXCLUSIVE on the parent, which writers do not conflict with; a stopped one
+   is finished by the next run); the drop is a short transaction under
+   ``lock_timeout`` and retried (``partitions.run_with_lock_timeout``), so a
+   writer queued behind it waits at most 50 ms. The detached table is renamed
+   ``changesets_revision_x<lower>``, so a crash between the detach and the
+   drop leaves a table the next run finds and drops (one left before its
+   rename is found too), and no upkeep ever attaches it again.
+2. Never a partition whose segments were not verified: before a partition is
+   detached (or a detached one dropped) a signed, switched cut must cover its
+   last seq, and every segment of that cut must be verified
+   (:func:`covered`). The DELETE guard of migration 0024 does not see a
+   DROP, so this check is the guard for it.
+3. Bounded batches for the rest: each batch is its own short transaction of
+   about ``ATLAS_ARCHIVE_DELETE_BATCH`` revisions (whole changesets), oldest
+   first; it also deletes any revision row a partition straddling the cut
+   still holds (a cut made before the table was partitioned), so a crash loses
+   at most one batch's work.
+4. The guard: the log's delete triggers (migration 0024) refuse every DELETE
+   unless the transaction set ``atlas.archiving`` (``SET LOCAL``) and a signed,
+   switched cut covers the row. This is the only place that sets it.
+5. Writers never wait long on it: it removes rows no writer touches (old
+   seqs) and takes no lock on the log head.
 """
 
 from __future__ import annotations
@@ -23,6 +40,10 @@ from collections.abc import Callable
 from django.db import connection, transaction
 
 from atlas import conf
+from changesets import partitions
+from changesets.archive.models import ArchiveCut, CutState, SegmentState
+
+DETACHED = "changesets_revision_x"
 
 # How many changesets a batch looks at to decide where it ends.
 _PEEK = 1000
@@ -46,19 +67,104 @@ def _batch_end(through: int, budget: int) -> tuple[int, int] | None:
     return rows[0][0], last
 
 
+def covered(last_seq: int) -> bool:
+    """Whether a signed, switched cut whose segments are all verified covers ``last_seq``."""
+    cut = (
+        ArchiveCut.objects.filter(
+            seq__gte=last_seq,
+            from_seq__lte=last_seq,
+            state__in=[CutState.SWITCHED, CutState.REMOVED],
+        )
+        .exclude(signature="")
+        .first()
+    )
+    if cut is None:
+        return False
+    return not cut.segments.exclude(state=SegmentState.VERIFIED).exists()
+
+
+class NotCovered(Exception):
+    """A partition was about to be dropped that no verified cut covers (a bug)."""
+
+
+def _detached() -> list[tuple[str, int]]:
+    """(table, its highest seq or -1 when empty) of tables a crash left detached."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # Renamed ones, and one a crash left detached before its rename.
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND NOT relispartition"
+            " AND relname ~ '^changesets_revision_[px][0-9]{12}$'"
+            " AND relnamespace = current_schema()::regnamespace ORDER BY relname",
+        )
+        names = [row[0] for row in cursor.fetchall()]
+    return [(name, _highest(name)) for name in names]
+
+
+def _count(table: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {table}")
+        return int(cursor.fetchone()[0])
+
+
+def _highest(table: str) -> int:
+    """The highest seq ``table`` holds (-1: none); one index probe."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT coalesce(max(seq), -1) FROM {table}")
+        return int(cursor.fetchone()[0])
+
+
+def _drop_detached(name: str, last_seq: int, on_step: Callable[[str], None] | None) -> None:
+    if last_seq >= 0 and not covered(last_seq):
+        raise NotCovered(f"{name} holds seq {last_seq}, which no verified cut covers")
+    partitions.run_with_lock_timeout([f"DROP TABLE {name}"])
+    if on_step is not None:
+        on_step("partition-dropped")
+
+
+def drop_partitions_through(seq: int, *, on_step: Callable[[str], None] | None = None) -> int:
+    """Detach and drop every revision partition wholly at or below ``seq``; revisions dropped.
+
+    ``on_step(point)`` runs after each detach (``partition-detached``) and drop
+    (``partition-dropped``), outside any transaction (the archiver's pause points).
+    """
+    rows = 0
+    for name, last_seq in _detached():  # what a crash between detach and drop left
+        rows += _count(name)
+        _drop_detached(name, last_seq, on_step)
+    for part in partitions.partitions():
+        if part.last_seq > seq:
+            break
+        held = _highest(part.name)
+        if held >= 0 and not covered(held):
+            raise NotCovered(f"{part.name} holds seq {held}: no verified cut covers it")
+        rows += _count(part.name)
+        away = f"{DETACHED}{part.lower:012d}"
+        partitions.detach(part.name)
+        partitions.run_with_lock_timeout([f"ALTER TABLE {part.name} RENAME TO {away}"])
+        partitions.forget()
+        if on_step is not None:
+            on_step("partition-detached")
+        _drop_detached(away, held, on_step)
+    return rows
+
+
 def remove_through(
     seq: int,
     *,
     batch: int | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> int:
-    """Remove every changeset, revision and journal entry with seq <= ``seq``; rows removed.
+    """Remove every changeset, revision and journal entry with seq <= ``seq``; revisions removed.
 
-    ``on_batch(last_seq, revisions)`` runs inside each batch's transaction (the
-    archiver records its progress there, so progress and removal commit together).
+    Revision partitions wholly at or below ``seq`` are dropped first
+    (:func:`drop_partitions_through`); then batches delete the changesets, their
+    journal entries and whatever revision rows are left. ``on_batch(last_seq,
+    revisions)`` runs inside each batch's transaction (the archiver records its
+    progress there, so progress and removal commit together).
     """
+    removed = drop_partitions_through(seq, on_step=on_step)
     budget = int(batch or conf.get("ATLAS_ARCHIVE_DELETE_BATCH"))
-    removed = 0
     while True:
         with transaction.atomic():
             with connection.cursor() as cursor:

@@ -7,11 +7,15 @@ so that nothing still needed hot is archived:
 1. an open branch's history since its fork stays hot (its diff, merge and
    sync read baseline as of its base point, and its own changesets); the cut
    stays below the oldest open branch's fork;
-2. an active subscription's undelivered changesets stay hot: the cut is at
-   most its cursor (it has delivered everything through it);
+2. an active subscription's cursor stays hot: the cut is strictly below it
+   (a cursor at or before the cut answers 410, API.md "Archive and
+   retention", so a live subscription is never cut at its own cursor);
 3. journal entries not yet published stay (their post-commit work reads
    the changeset): the cut stays below the oldest;
-4. never past the log head, never before the previous cut.
+4. never past the log head, never before the previous cut;
+5. a cut drops whole revision partitions (``changesets.archive.hot``), so it
+   ends where a partition ends: the last seq of the highest partition wholly
+   at or below the cut (one segment per partition).
 
 Each limit that moved the cut is reported, so an operator sees why.
 """
@@ -25,6 +29,7 @@ from django.db import connection
 from django.db.models import Max, Min
 
 from atlas import conf
+from changesets import partitions
 from changesets.archive import reader
 from changesets.archive.models import ArchiveCut
 from changesets.models import JournalEntry, JournalPhase, LogHead, Subscription
@@ -94,7 +99,7 @@ def limits() -> list[tuple[int, str]]:
         found.append((branch, f"an open branch forked at seq {branch + 1}"))
     cursor = Subscription.objects.filter(active=True).aggregate(m=Min("cursor_seq"))["m"]
     if cursor is not None:
-        found.append((cursor, f"an active subscription has delivered through seq {cursor}"))
+        found.append((cursor - 1, f"an active subscription's cursor is at seq {cursor} (kept hot)"))
     pending = JournalEntry.objects.filter(phase=JournalPhase.COMMITTED).aggregate(m=Min("seq"))
     if pending["m"] is not None:
         found.append(
@@ -107,8 +112,23 @@ def previous_cut() -> int:
     return ArchiveCut.objects.aggregate(m=Max("seq"))["m"] or 0
 
 
+def partition_limit(seq: int) -> tuple[int, str] | None:
+    """Step 5: the end of the highest partition wholly at or below ``seq`` (None: the
+    table is not partitioned, or ``seq`` ends a partition already)."""
+    parts = partitions.partitions()
+    if not parts:
+        return None
+    ends = [p for p in parts if p.last_seq <= seq]
+    if ends and ends[-1].last_seq == seq:
+        return None
+    if not ends:
+        return 0, f"the cut ends where a partition ends; the first ends at seq {parts[0].last_seq}"
+    last = ends[-1]
+    return last.last_seq, f"the cut ends where partition {last.name} ends (seq {last.last_seq})"
+
+
 def plan_cut(before: int | datetime) -> Plan:
-    """Steps 1-4 of the module docstring, and the segment ranges of the cut."""
+    """Steps 1-5 of the module docstring, and the segment ranges of the cut."""
     requested = requested_seq(before)
     previous = previous_cut()
     plan = Plan(requested=requested, seq=requested, previous=previous)
@@ -116,23 +136,33 @@ def plan_cut(before: int | datetime) -> Plan:
         if limit < plan.seq:
             plan.seq = limit
             plan.limits.append(why)
+    aligned = partition_limit(plan.seq) if plan.seq > previous else None
+    if aligned is not None:
+        plan.seq = aligned[0]
+        plan.limits.append(aligned[1])
     if not plan.empty:
         plan.segments = segment_ranges(previous, plan.seq)
     return plan
 
 
 def segment_ranges(previous: int, cut: int) -> list[SegmentRange]:
-    """Whole changesets ``previous+1..cut`` in segments of about
-    ``ATLAS_ARCHIVE_SEGMENT_REVISIONS`` revisions (a bigger changeset has one alone)."""
+    """Whole changesets ``previous+1..cut``: one segment per revision partition.
+
+    On a table that is not partitioned, segments of about
+    ``ATLAS_ARCHIVE_SEGMENT_REVISIONS`` revisions (a bigger changeset has one alone).
+    """
+    parts = partitions.partitions()
     budget = int(conf.get("ATLAS_ARCHIVE_SEGMENT_REVISIONS"))
     out: list[SegmentRange] = []
-    first, last, changesets, revisions = None, None, 0, 0
+    first, last, changesets, revisions, upper = None, None, 0, 0, 0
     for seq, op_count, _ in reader.op_counts(previous, cut):
-        if first is not None and revisions + op_count > budget:
+        full = seq >= upper if parts else revisions + op_count > budget
+        if first is not None and full:
             out.append(SegmentRange(first, last or first, changesets, revisions))
             first, changesets, revisions = None, 0, 0
         if first is None:
             first = seq
+            upper = next((p.upper for p in parts if p.lower <= seq < p.upper), seq + 1)
         last, changesets, revisions = seq, changesets + 1, revisions + op_count
     if first is not None:
         out.append(SegmentRange(first, last or first, changesets, revisions))

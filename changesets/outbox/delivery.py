@@ -105,6 +105,7 @@ def deliver_next_page(subscription_id: str) -> StepResult:
                     namespaces=subscription.namespaces or None,
                     capture=subscription.capture,
                     limit=conf.get("ATLAS_WEBHOOK_PAGE_SIZE"),
+                    from_cut=True,  # made or moved to the cut (the planner never cuts at it)
                 )
         except Archived as exc:
             _park_archived(subscription, exc, at=now)

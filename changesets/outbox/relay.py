@@ -52,6 +52,7 @@ import psycopg
 from django.db import DatabaseError, connection
 
 from atlas import conf
+from changesets import partitions
 from changesets.outbox import journal, pumps
 from changesets.tasks import journal_publish_batch
 
@@ -202,6 +203,7 @@ class JournalRelay:
                 return count  # the mark stays: the next wake tries these again
             count += len(ids)
             self.mark = found[-1][0]
+            _partition_headroom(self.mark)
             if len(found) < BATCH:
                 return count
         return count
@@ -226,6 +228,17 @@ class JournalRelay:
             return False  # the pumps could not be woken (broker down): recorded; retried
         self.published_total += sum(outcome == journal.PUBLISHED for outcome in outcomes.values())
         return True
+
+
+def _partition_headroom(seq: int) -> None:
+    """The cheap partition check no deployment can miss (``changesets.partitions``):
+    every committed changeset passes the relay, and ``seq`` is the newest it saw (no
+    statement; the catalog only when the last partition is near). Its failure is
+    logged, never the relay's."""
+    try:
+        partitions.check_headroom(seq=seq)
+    except Exception:  # noqa: BLE001 - upkeep is retried by the next check and by beat
+        logger.exception("revision partition upkeep failed")
 
 
 class WakeThrottle:

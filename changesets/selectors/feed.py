@@ -191,16 +191,23 @@ def _revisions(after_seq: int, namespaces: Sequence[str] | None) -> QuerySet[Rev
     return qs
 
 
-def _check_cursor(after_seq: int) -> None:
-    """410 for a cursor before the archive cut: what it is owed is in the archive."""
+def _check_cursor(after_seq: int, *, from_cut: bool) -> None:
+    """410 for a cursor at or before the archive cut (API.md "Archive and retention"):
+    what it is owed may be in the archive.
+
+    ``from_cut`` is for readers that start at the cut by construction, not from a
+    cursor a client held: a pull without ``since`` ("from the beginning" begins at
+    the cut) and a subscription made or moved there (its cursor is the cut).
+    """
     cut = cuts.current()
-    if cut is not None and after_seq < cut.seq:
-        raise cuts.gone(
-            f"The cursor (after seq {after_seq}) is before the archive cut.",
-            cut=cut,
-            seq=after_seq + 1,
-            pointer="/since",
-        )
+    if cut is None or after_seq > cut.seq or (from_cut and after_seq == cut.seq):
+        return
+    raise cuts.gone(
+        f"The cursor (after seq {after_seq}) is at or before the archive cut.",
+        cut=cut,
+        seq=after_seq + 1,
+        pointer="/since",
+    )
 
 
 def feed_page(
@@ -209,6 +216,7 @@ def feed_page(
     namespaces: Sequence[str] | None,
     capture: str = Capture.NEW_VALUES,
     limit: int = DEFAULT_LIMIT,
+    from_cut: bool = False,
 ) -> FeedPage:
     """The baseline records after ``after_seq`` in namespaces ``namespaces`` (None = all).
 
@@ -226,7 +234,7 @@ def feed_page(
     (``changesets.outbox.metrics.feed_page_timer``): they know which surface
     they serve, and the feed stays free of the metrics that read it.
     """
-    _check_cursor(after_seq)
+    _check_cursor(after_seq, from_cut=from_cut)
     rows: list[dict[str, Any]] = []
     full = False
     if namespaces is None or len(namespaces) > 0:

@@ -244,13 +244,14 @@ def test_sweep_reports_failures_and_leaves_them_outstanding(staff, namespace, wr
     assert result.left == [str(changeset.id)]
 
 
-def test_beat_schedules_both_sweeps_and_the_archive_retention():
+def test_beat_schedules_both_sweeps_the_archive_retention_and_partition_upkeep():
     schedule = django_settings.CELERY_BEAT_SCHEDULE
     tasks_scheduled = {entry["task"] for entry in schedule.values()}
     assert tasks_scheduled == {
         "changesets.journal_sweep",
         "changesets.subscriptions_wake",
         "changesets.archive_retention",
+        "changesets.partition_upkeep",
     }
     from atlas.celery import app
 

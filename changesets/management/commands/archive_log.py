@@ -36,6 +36,8 @@ PAUSE_POINTS = (
     "verified",
     "signed",
     "switched",
+    "partition-detached",
+    "partition-dropped",
     "removal-batch",
     "removed",
 )

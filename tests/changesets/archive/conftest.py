@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from branches.services import branch_create, branch_merge
 from branches.store import BranchStore
@@ -23,9 +24,30 @@ from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.services.apply import changeset_apply
 from changesets.services.erase import EraseTarget, entities_erase
 from entities.store import EntityKey, baseline
+from tests.changesets.partition_helpers import layout, singles, standard
 
 KEY = signing.new_private_key()
 NS_A, NS_B = "arch.alpha", "arch.beta"
+
+
+# Seqs that each end a revision partition in these tests (then one wide partition).
+SINGLES = 40
+
+
+@pytest.fixture(autouse=True)
+def seq_partitions(request):
+    """A partition per seq for the first ``SINGLES`` seqs, so a cut may end at any of
+    them (cuts end where partitions end); the standard layout is put back after a
+    transactional test (a ``db`` test's rollback undoes it)."""
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None:
+        yield
+        return
+    request.getfixturevalue("transactional_db" if marker.kwargs.get("transaction") else "db")
+    layout(singles(SINGLES))
+    yield
+    if not connection.in_atomic_block:
+        standard()
 
 
 @pytest.fixture

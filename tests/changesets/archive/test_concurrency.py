@@ -26,6 +26,7 @@ from changesets.ops import PutOp
 from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 from tests.changesets.archive.conftest import NS_A, NS_B, public_key
+from tests.changesets.partition_helpers import layout
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,6 +52,7 @@ def test_writers_are_not_blocked_while_a_cut_is_made(
 ):
     settings.ATLAS_ARCHIVE_SEGMENT_REVISIONS = 200
     settings.ATLAS_ARCHIVE_DELETE_BATCH = 50
+    layout([(0, 151), (151, 100_000)])  # the cut at 150 drops one partition
     root = make_user("root", superuser=True)
     make_user("maker", maintainer=[NS_A, NS_B])
     for n in range(150):

@@ -12,10 +12,12 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from changesets import partitions
 from changesets.archive import hot
-from changesets.archive.models import ArchiveCut, CutState
+from changesets.archive.models import ArchiveCut, ArchiveSegment, CutState, SegmentState
 from changesets.models import Changeset, Revision
 from tests.changesets.archive.conftest import NS_A
+from tests.changesets.partition_helpers import layout
 
 pytestmark = pytest.mark.django_db
 
@@ -101,5 +103,36 @@ def test_the_removal_passes_under_a_switched_signed_cut_and_only_through_it(log)
     assert removed == 2
     assert list(Changeset.objects.values_list("seq", flat=True).order_by("seq")) == [3, 4]
     assert not Revision.objects.filter(seq__lte=2).exists()
+    with pytest.raises(hot.NotCovered):  # partition 3 is not dropped without a cut
+        hot.remove_through(3)
+    assert Revision.objects.filter(seq=3).exists()
+
+
+def test_a_partition_straddling_the_cut_keeps_the_delete_guard(log):
+    """Rows a partition holds on both sides of a cut go by the guarded DELETE."""
+    with connection.cursor() as cursor:  # move seqs 1-4 into one partition [1, 10)
+        cursor.execute("CREATE TABLE tmp_rev AS SELECT * FROM changesets_revision")
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("TRUNCATE changesets_revision")
+    layout([(0, 1), (1, 10), (10, 100)])
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO changesets_revision SELECT * FROM tmp_rev")
+    _cut(2, CutState.SWITCHED)
+    assert hot.remove_through(2, batch=1) == 2
+    assert list(Revision.objects.values_list("seq", flat=True).order_by("seq")) == [3, 4]
+    assert [p.lower for p in partitions.partitions()] == [1, 10]  # [0, 1) was empty
     with pytest.raises(DatabaseError, match=REFUSED):
         hot.remove_through(3)
+
+
+def test_a_partition_is_never_dropped_before_its_segments_are_verified(log):
+    cut = _cut(2, CutState.SWITCHED)
+    ArchiveSegment.objects.create(
+        cut=cut, name="s1", first_seq=1, last_seq=2, changesets=2, revisions=2,
+        state=SegmentState.WRITTEN,
+    )  # fmt: skip
+    with pytest.raises(hot.NotCovered):
+        hot.remove_through(2)
+    assert Revision.objects.filter(seq__lte=2).count() == 2
+    ArchiveSegment.objects.filter(cut=cut).update(state=SegmentState.VERIFIED)
+    assert hot.remove_through(2) == 2

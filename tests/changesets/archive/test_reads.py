@@ -110,8 +110,8 @@ def test_the_feed_starts_at_the_cut_and_refuses_an_older_cursor(archived):
     assert min(r["seq"] for r in body["records"]) == cut_row.seq + 1
     _gone(client.get(f"/api/v1/changes?since={cursor_encode(cut_row.seq - 1)}"), cut_row)
     _gone(client.get(f"/api/v1/changes?since={cursor_encode(0)}"), cut_row)
-    at_cut = client.get(f"/api/v1/changes?since={cursor_encode(cut_row.seq)}").json()
-    assert at_cut["records"] == body["records"]
+    # API.md: a cursor at or before the cut is 410 (the cut itself included).
+    _gone(client.get(f"/api/v1/changes?since={cursor_encode(cut_row.seq)}"), cut_row)
     later = client.get(f"/api/v1/changes?since={cursor_encode(cut_row.seq + 1)}").json()
     assert "archived_before" not in later
 
@@ -245,3 +245,41 @@ def test_a_branch_whose_fork_and_merge_are_archived_still_reads(
     client.force_login(seeded.root)
     page = client.get(f"/admin/branches/branch/{Branch.objects.get().pk}/change/")
     assert page.status_code == 200
+
+
+# One test per surface at exactly the cut C (API.md: "at or before C → 410").
+
+
+def test_a_feed_cursor_at_the_cut_is_gone(archived):
+    client, cut_row = archived["client"], archived["cut"]
+    _gone(client.get(f"/api/v1/changes?since={cursor_encode(cut_row.seq)}"), cut_row)
+
+
+def test_as_of_the_changeset_at_the_cut_is_gone(archived):
+    client, cut_row = archived["client"], archived["cut"]
+    at_cut = archived["old"][-1]
+    assert at_cut.seq == cut_row.seq
+    _gone(client.get(f"/api/v1/entities?namespace={NS_A}&as_of={at_cut.id}"), cut_row)
+
+
+def test_since_the_cuts_time_is_gone(archived):
+    client, cut_row = archived["client"], archived["cut"]
+    at = cut_row.at.isoformat().replace("+00:00", "Z")
+    _gone(client.get(f"/api/v1/changesets?since={at}"), cut_row)
+
+
+def test_the_changeset_id_at_the_cut_is_gone(archived):
+    client, cut_row = archived["client"], archived["cut"]
+    _gone(client.get(f"/api/v1/changesets/{archived['old'][-1].id}"), cut_row)
+
+
+def test_the_planner_keeps_the_cut_below_a_live_subscriptions_cursor(seed, archive_dir):
+    from changesets.archive import plan
+    from changesets.models import Subscription
+
+    seeded = seed(3)
+    at = seeded.seq_of(6)
+    Subscription.objects.create(name="live", url="https://example.test/hook", cursor_seq=at)
+    planned = plan.plan_cut(at + 5)
+    assert planned.seq == at - 1
+    assert any("subscription" in why for why in planned.limits)

@@ -1,0 +1,49 @@
+"""Lay the (empty) revision table out on chosen partitions, and put the standard layout back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import connection
+
+from atlas import conf
+from changesets import partitions
+
+
+def layout(bounds: Iterable[tuple[int, int]]) -> list[partitions.Partition]:
+    """Drop every partition of the (empty) revision table and attach ``bounds`` instead."""
+    with connection.cursor() as cursor:
+        for part in partitions.partitions(cursor):
+            cursor.execute(f"DROP TABLE {part.name}")
+        for lower, upper in bounds:
+            cursor.execute(
+                f"CREATE TABLE {partitions.partition_name(lower)} PARTITION OF"
+                f" {partitions.PARENT} FOR VALUES FROM ({lower}) TO ({upper})"
+            )
+    partitions.forget()
+    return partitions.partitions()
+
+
+def parent_index(name: str) -> str:
+    """The index of the revision table a partition's index belongs to (``name`` itself
+    when it is not a partition's): plans name the partitions' own indexes."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_partition_root(to_regclass(%s))::regclass::text", [name])
+        root = cursor.fetchone()[0]
+    return root or name
+
+
+def singles(count: int, *, then: int = 1_000_000) -> list[tuple[int, int]]:
+    """A partition per seq for ``0..count-1`` (every seq ends one), then one to ``then``."""
+    return [(n, n + 1) for n in range(count)] + [(count, then)]
+
+
+def standard() -> None:
+    """After a transactional test: empty the table and lay out what migrate makes."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {partitions.PARENT}")
+    width, ahead = (
+        conf.DEFAULTS["ATLAS_LOG_PARTITION_SEQS"],
+        conf.DEFAULTS["ATLAS_LOG_PARTITIONS_AHEAD"],
+    )
+    layout(partitions.missing(0, 1 + ahead * width, [], step=width))

@@ -1,0 +1,226 @@
+"""The revision table's partitions: migration 0025 and upkeep ahead of the head.
+
+No DEFAULT partition (``changesets.partitions``), so these pin what keeps
+every write landing somewhere: a write at the last partition's edge, upkeep
+making the next one (from the journal's cheap check too), upkeep while
+writers run (real threads, the 100 ms lock bound), and an existing populated
+table moved onto partitions by the migration with every row, index,
+constraint and trigger, and the chain verifying.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
+
+from changesets import partitions
+from changesets.models import Revision
+from tests.changesets.partition_helpers import layout, standard
+
+NS = "acme.orders"
+
+
+def _shape() -> dict[str, list[str]]:
+    """The parent's indexes, constraints and triggers, by name and definition."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'changesets_revision' ORDER BY 1"
+        )
+        indexes = [r[0] for r in cursor.fetchall()]
+        cursor.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = 'changesets_revision'::regclass"
+            " ORDER BY 1"
+        )
+        constraints = [r[0] for r in cursor.fetchall()]
+        cursor.execute(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger"
+            " WHERE tgrelid = 'changesets_revision'::regclass AND NOT tgisinternal ORDER BY 1"
+        )
+        triggers = [r[0] for r in cursor.fetchall()]
+    return {"indexes": indexes, "constraints": constraints, "triggers": triggers}
+
+
+def test_ranges_to_make_fill_gaps_and_go_on_from_the_last_partition():
+    existing = [partitions.Partition("a", 0, 10), partitions.Partition("b", 20, 30)]
+    assert partitions.missing(1, 45, existing, step=10) == [(10, 20), (30, 40), (40, 50)]
+    assert partitions.missing(5, 8, existing, step=10) == []
+    assert partitions.missing(1, 3, [], step=10) == [(0, 10)]
+
+
+@pytest.mark.django_db
+def test_a_write_at_the_last_partitions_edge_commits_once_upkeep_made_the_next(
+    staff, namespace, write, settings
+):
+    settings.ATLAS_LOG_PARTITION_SEQS = 3
+    settings.ATLAS_LOG_PARTITIONS_AHEAD = 1
+    layout([(0, 3)])
+    write(staff, f"{NS}/order/a", {"n": 1})
+    write(staff, f"{NS}/order/a", {"n": 2})  # seq 2: the last the partition holds
+    with pytest.raises(DatabaseError, match="no partition"), transaction.atomic():
+        write(staff, f"{NS}/order/a", {"n": 3})  # seq 3: nowhere to go (no DEFAULT)
+    made = partitions.ensure_ahead()
+    assert [(p.lower, p.upper) for p in made] == [(3, 6)]
+    assert write(staff, f"{NS}/order/a", {"n": 3}).changeset.seq == 3
+    # Head 3: upkeep covers seqs 4-6, so [6, 9) comes next; then nothing until the head moves.
+    assert [(p.lower, p.upper) for p in partitions.ensure_ahead()] == [(6, 9)]
+    assert partitions.ensure_ahead() == []
+    assert partitions.headroom() == 5
+
+
+@pytest.mark.django_db
+def test_the_relays_cheap_check_makes_the_next_partition(staff, namespace, write, settings):
+    from changesets.outbox import relay
+
+    settings.ATLAS_LOG_PARTITION_SEQS = 4
+    settings.ATLAS_LOG_PARTITIONS_AHEAD = 1
+    layout([(0, 4)])
+    write(staff, f"{NS}/order/a", {"n": 1})
+    partitions.forget()
+    relay._partition_headroom(1)  # the relay passes its mark: head 1 + 4 reaches 4
+    assert [p.lower for p in partitions.partitions()] == [0, 4]
+    for n in range(2, 9):
+        write(staff, f"{NS}/order/a", {"n": n})
+        partitions.check_headroom(seq=n, now=1000.0 * n)
+    assert partitions.headroom() >= 1
+    # Quiet between checks: the same second asks nothing of the database.
+    with CaptureQueriesContext(connection) as queries:
+        partitions.check_headroom(seq=8, now=8000.5)
+    assert not queries.captured_queries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_upkeep_makes_partitions_while_writers_run(make_user, namespace, settings, capsys):
+    """Three writer threads; upkeep attaches a partition every few seqs under them."""
+    from changesets.models import Rpc
+    from changesets.ops import PutOp
+    from changesets.services.apply import changeset_apply
+    from entities.store import EntityKey, baseline
+
+    settings.ATLAS_LOG_PARTITION_SEQS = 20
+    settings.ATLAS_LOG_PARTITIONS_AHEAD = 3
+    root = make_user("root", superuser=True)
+    layout([(0, 60)])
+    stop, errors, latencies = threading.Event(), [], []
+
+    def writer(index: int) -> None:
+        n = 0
+        try:
+            while not stop.is_set():
+                started = time.perf_counter()
+                op = PutOp(EntityKey(NS, "w", f"{index}-{n % 5}"), {"n": n})
+                changeset_apply(store=baseline, actor=root, rpc=Rpc.PUT_ENTITY, ops=[op])
+                latencies.append(time.perf_counter() - started)
+                n += 1
+                time.sleep(0.005)  # saturated writers starve the attach (docs/retention.md)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    made = 0
+    deadline = time.monotonic() + 6
+    attach_ms = []
+    while time.monotonic() < deadline and not errors:
+        started = time.perf_counter()
+        made_now = len(partitions.ensure_ahead())
+        if made_now:
+            attach_ms.append((time.perf_counter() - started) * 1000 / made_now)
+        made += made_now
+        time.sleep(0.01)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    try:
+        assert not errors, errors
+        assert made >= 3 and len(latencies) > 20
+        writes = sorted(latencies)
+        with capsys.disabled():
+            print(
+                f"\n[partition upkeep] {made} partitions attached under {len(writes)} writes:"
+                f" p50 {writes[len(writes) // 2] * 1000:.1f} ms,"
+                f" p99 {writes[int(len(writes) * 0.99)] * 1000:.1f} ms,"
+                f" max {writes[-1] * 1000:.1f} ms; an attach took {min(attach_ms):.0f}-"
+                f"{max(attach_ms):.0f} ms"
+            )
+    finally:
+        standard()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_a_populated_table_onto_partitions(staff, namespace, write):
+    for n in range(30):
+        write(staff, f"{NS}/order/k{n % 7}", {"n": n} if n % 5 else {"n": n, "pad": "x" * 50})
+    write(staff, f"{NS}/order/k1", None)
+    rows = sorted(Revision.objects.values_list("id", "seq", "changed", "after"))
+    shape = _shape()
+    executor = MigrationExecutor(connection)
+    executor.migrate([("changesets", "0024_archive_delete_guard")])
+    assert not partitions.is_partitioned()
+    assert sorted(Revision.objects.values_list("id", "seq", "changed", "after")) == rows
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert partitions.is_partitioned()
+    assert sorted(Revision.objects.values_list("id", "seq", "changed", "after")) == rows
+    assert _shape() == shape
+    call_command("verify_log", "--no-progress", stdout=StringIO())  # exits 1 on a break
+    # The id sequence goes on past the moved rows.
+    assert write(staff, f"{NS}/order/new", {"n": 1}).changeset.seq == 32
+    assert Revision.objects.order_by("-id").first().id > max(r[0] for r in rows)
+
+
+@pytest.mark.django_db
+def test_the_beat_task_keeps_partitions_ahead(settings):
+    from django.conf import settings as django_settings
+
+    from changesets.tasks import partition_upkeep
+
+    assert django_settings.CELERY_BEAT_SCHEDULE["partition-upkeep"]["task"] == (
+        "changesets.partition_upkeep"
+    )
+    settings.ATLAS_LOG_PARTITION_SEQS = 10
+    settings.ATLAS_LOG_PARTITIONS_AHEAD = 2
+    layout([(0, 5)])
+    result = partition_upkeep()
+    assert result["made"] == [partitions.partition_name(5), partitions.partition_name(15)]
+    assert result["headroom"] == 24
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_making_the_same_partitions_both_succeed(settings):
+    """Two workers' upkeep at once (two ``migrate``s, two beat runs): no 'already exists'."""
+    settings.ATLAS_LOG_PARTITION_SEQS = 3
+    settings.ATLAS_LOG_PARTITIONS_AHEAD = 10
+    layout([(0, 3)])
+    errors: list[Exception] = []
+    barrier = threading.Barrier(3)
+
+    def upkeep() -> None:
+        try:
+            barrier.wait(timeout=10)
+            partitions.ensure_ahead()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=upkeep) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert not errors, errors
+        bounds = [(p.lower, p.upper) for p in partitions.partitions()]
+        assert bounds == [(n, n + 3) for n in range(0, 33, 3)]
+    finally:
+        standard()
