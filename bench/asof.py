@@ -44,7 +44,7 @@ def populate(cursor, entities: int, updates: int) -> None:
         SELECT (lpad(to_hex((1700000000000 + g)::bigint), 12, '0') || '7000' || '8'
                 || lpad(to_hex(%(base)s + g), 15, '0'))::uuid,
                %(base)s + g, NULL, 'bench', to_timestamp((1700000000000 + g) / 1000.0),
-               'BatchMutate: 2 change(s)', '', '', 'BatchMutate', 2, ARRAY[%(ns)s], '', ''
+               'BatchMutate: 2 change(s)', '', '', 'BatchMutate', 2, ARRAY[%(ns)s], NULL, NULL
         FROM generate_series(1, %(n)s) AS g
         """,
         {"base": base, "n": changesets, "ns": NS},

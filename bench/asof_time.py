@@ -83,7 +83,7 @@ def populate(cursor, changesets: int) -> None:
                %(start)s + g * interval '1 minute', 'bench', '',
                CASE WHEN g %% 50 = 0 THEN 'feature-' || (g %% 20) ELSE '' END, 'PutEntity', 1,
                ARRAY[CASE WHEN g %% 2000 = 7 THEN %(rare)s
-                          WHEN g %% 10 = 3 THEN %(other)s ELSE %(busy)s END]::varchar[], '', ''
+                          WHEN g %% 10 = 3 THEN %(other)s ELSE %(busy)s END]::varchar[], NULL, NULL
         FROM generate_series(1, %(n)s) AS g
         """,
         {"base": base, "n": changesets, "start": START, "rare": RARE, "other": OTHER, "busy": BUSY},

@@ -89,7 +89,7 @@ def populate(cursor, total: int) -> float:
         SELECT {UUID_OF_G.format(g="g")},
                %(base)s + g, NULL, 'bench', to_timestamp((1700000000000 + g) / 1000.0),
                'BatchMutate: ' || n || ' change(s)', '', '', 'BatchMutate', n,
-               ARRAY[%(ns)s], '', ''
+               ARRAY[%(ns)s], NULL, NULL
         FROM generate_series(1, %(c)s) AS g,
              LATERAL (SELECT LEAST(%(k)s, %(total)s - (g - 1) * %(k)s) AS n) AS cnt
         """,

@@ -168,7 +168,11 @@ def _record_cut(through: int) -> None:
     from changesets.archive.models import ArchiveCut, CutState
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT hash, at, id FROM changesets_changeset WHERE seq = %s", [through])
+        cursor.execute(  # the hash as the cut keeps it: hex text ('' for a placeholder)
+            "SELECT COALESCE(encode(hash, 'hex'), ''), at, id FROM changesets_changeset"
+            " WHERE seq = %s",
+            [through],
+        )
         hash_, at, max_id = cursor.fetchone()
     ArchiveCut.objects.all().delete()
     ArchiveCut.objects.create(

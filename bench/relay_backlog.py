@@ -41,7 +41,7 @@ def seed(cursor, n: int) -> None:
         "INSERT INTO changesets_changeset (id, seq, author_name, at, message, comment, branch,"
         " rpc, op_count, namespaces, prev_hash, hash)"
         " SELECT gen_random_uuid(), s, 'bench', now(), '', '', '', 'PutEntity', 1,"
-        " ARRAY[%s]::varchar[], '', '' FROM generate_series(%s, %s) AS s",
+        " ARRAY[%s]::varchar[], NULL, NULL FROM generate_series(%s, %s) AS s",
         [NS, first, last],
     )
     cursor.execute(

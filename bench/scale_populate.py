@@ -23,7 +23,8 @@ is about reads, and reads only need the rows the write service would have
 left. Every row goes through the project's own schema (its tables, indexes,
 constraints and the append-only triggers, which allow inserts), so a page reads
 what it would read in production. Not reproduced: the hash chain (``hash`` and
-``prev_hash`` are placeholders, so ``verify_log`` fails on a bench database)
+``prev_hash`` are NULL, so ``verify_log`` fails on a bench database, and a
+changeset row is 66 B smaller than a real one's: two 32-byte hashes)
 and branch overlays (branch changesets exist in the log; their overlay rows
 do not).
 """
@@ -166,7 +167,7 @@ def populate(cursor: Any, n: int) -> dict[str, float]:
                 || substr(r, 4, 3) || '-' || substr(r, 7, 12))::uuid,
                g.seq, NULL, 'author-' || lpad(g.author::text, 2, '0'), g.at,
                'update ' || c.ops || CASE WHEN c.ops = 1 THEN ' entity' ELSE ' entities' END,
-               '', g.branch, rpc_w.name, c.ops, c.namespaces, '', '', NULL, NULL
+               '', g.branch, rpc_w.name, c.ops, c.namespaces, NULL, NULL, NULL, NULL
         FROM g
         JOIN rpc_w ON rpc_w.i = g.rpc
         JOIN (SELECT rvv.seq, count(*) AS ops,
@@ -248,12 +249,13 @@ def populate(cursor: Any, n: int) -> dict[str, float]:
         """
     )
     cursor.execute(
-        "UPDATE changesets_loghead SET seq = %s, at = %s, hash = '', prev_hash = '' WHERE id = 1",
+        "UPDATE changesets_loghead SET seq = %s, at = %s, hash = NULL, prev_hash = NULL"
+        " WHERE id = 1",
         [n, START + SPAN],
     )
     cursor.execute(
         "INSERT INTO changesets_loghead (id, seq, at, hash, prev_hash)"
-        " SELECT 1, %s, %s, '', '' WHERE NOT EXISTS (SELECT 1 FROM changesets_loghead)",
+        " SELECT 1, %s, %s, NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM changesets_loghead)",
         [n, START + SPAN],
     )
     return steps

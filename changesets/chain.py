@@ -242,16 +242,19 @@ def header_middle(changeset: Any, revisions_hex: str) -> str:
 
 def hash_sql(*, prev: str, at: str, seq: str, middle: str) -> str:
     """SQL for :func:`changeset_hash` of SQL expressions ``prev``, ``at``, ``seq``
-    and ``middle`` (the text of :func:`header_middle`).
+    and ``middle`` (the text of :func:`header_middle`), as its 32 bytes (``bytea``,
+    how the hash columns store it: ``changesets.fields.ChainHashField``).
 
-    ``at`` is formatted as :func:`_timestamp` does (UTC, microseconds, ``+00:00``).
+    ``prev`` is the previous hash's hex text, since that text is what the
+    header hashes. ``at`` is formatted as :func:`_timestamp` does (UTC,
+    microseconds, ``+00:00``).
     """
     return (
-        "encode(sha256(convert_to("
+        "sha256(convert_to("
         f"'{VERSION.decode()}' || {prev} || '{{\"at\":\"'"
         f" || to_char(({at}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
         f" || '+00:00\",' || {middle} || ',\"seq\":' || ({seq})::text || '}}',"
-        " 'UTF8')), 'hex')"
+        " 'UTF8'))"
     )
 
 

@@ -15,6 +15,8 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 
+from changesets.fields import ChainHashField
+
 BASELINE = ""
 # The rpcs of day-to-day writes: most of any log. Every other rpc (reverts,
 # merges, imports, erasures, restores, deletes …) is rare and indexed by
@@ -90,9 +92,10 @@ class Changeset(AppendOnlyModel):
     op_count = models.PositiveIntegerField()
     namespaces = ArrayField(models.CharField(max_length=200), default=list)
     # The tamper-evident chain (changesets.chain): this changeset's hash covers
-    # the previous one's, its own fields and its revisions, in seq order.
-    prev_hash = models.CharField(max_length=64, blank=True, default="")
-    hash = models.CharField(max_length=64, blank=True, default="")
+    # the previous one's, its own fields and its revisions, in seq order. Stored
+    # as 32 bytes, read as hex text (``changesets.fields``, migration 0027).
+    prev_hash = ChainHashField(null=True)
+    hash = ChainHashField(null=True)
     # Provenance (API.md "Provenance", ``changesets.provenance``): the client's
     # ``metadata`` object and the server's ``context`` of the request. NULL when
     # there is none (no metadata sent; changesets written before 0015), which a
@@ -102,7 +105,7 @@ class Changeset(AppendOnlyModel):
     # The v1 chain hash of a changeset written before the re-chain (migration
     # 0018), committed to by its v2 header so v1 anchors stay checkable; NULL
     # (one bit) on every changeset written since.
-    v1_hash = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 (bytes: NULL is one bit)
+    v1_hash = ChainHashField(null=True)
 
     class Meta:
         ordering = ["-seq"]
@@ -232,11 +235,12 @@ class LogHead(models.Model):
     # The newest changeset's time: ``at`` never runs backwards in seq order,
     # which is what makes ``as_of_time`` well defined.
     at = models.DateTimeField(null=True)
-    # The newest changeset's chain hash, so anyone can anchor the log's head.
-    hash = models.CharField(max_length=64, blank=True, default="")
+    # The newest changeset's chain hash, so anyone can anchor the log's head
+    # (NULL before the first write; hex text in Python, like the changeset's).
+    hash = ChainHashField(null=True)
     # The hash before ``hash``: the write statement sets both and returns them,
     # because RETURNING sees only new values and the changeset row needs the old.
-    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    prev_hash = ChainHashField(null=True)
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="loghead_single_row")]

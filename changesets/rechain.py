@@ -19,6 +19,12 @@ shaped this way:
 
 The reverse (migrating back past 0018) recomputes the v1 chain from the rows;
 it refuses once anything was erased, since v1 cannot verify an erased image.
+
+It runs only inside migration 0018 (either way), so it sees the schema of
+then: the hash columns hold hex text (``varchar(64)``), which its raw SQL reads
+and writes as such. Migration 0027 stores them as bytes later in the graph
+(``changesets.fields.ChainHashField``); migrating back past 0018 first runs
+0027's reverse, so this module never meets a ``bytea`` column.
 """
 
 from __future__ import annotations

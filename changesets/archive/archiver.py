@@ -138,7 +138,11 @@ def _chain_at(seq: int) -> chain.Start:
 
 def _hot_chain(seq: int) -> tuple[str, str | None]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT hash, v1_hash FROM changesets_changeset WHERE seq = %s", [seq])
+        cursor.execute(
+            "SELECT encode(hash, 'hex'), encode(v1_hash, 'hex') FROM changesets_changeset"
+            " WHERE seq = %s",
+            [seq],
+        )
         row = cursor.fetchone()
     if row is None:
         raise ArchiveFailed(f"seq {seq} is neither in the log nor a cut")
@@ -150,7 +154,8 @@ def _record(cut_plan: plan.Plan, requested_by: str) -> ArchiveCut:
     """Step 1: the cut and its segments, in one transaction."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT hash, v1_hash, at, (SELECT max(id::text) FROM changesets_changeset"
+            "SELECT encode(hash, 'hex'), encode(v1_hash, 'hex'), at,"
+            " (SELECT max(id::text) FROM changesets_changeset"
             " WHERE seq > %s AND seq <= %s) FROM changesets_changeset WHERE seq = %s",
             [cut_plan.previous, cut_plan.seq, cut_plan.seq],
         )

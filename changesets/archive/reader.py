@@ -19,9 +19,12 @@ from django.db import connection
 CHUNK = 500
 REVISION_BUDGET = 5_000
 
+# The hashes as their hex text, what the chain and the segment files use (the
+# columns store the bytes: ``changesets.fields.ChainHashField``).
 CHANGESET_COLUMNS = (
     "id, seq, author_name, at, message, comment, branch, rpc, op_count, namespaces,"
-    " prev_hash, hash, metadata, context, v1_hash"
+    " encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash, metadata, context,"
+    " encode(v1_hash, 'hex') AS v1_hash"
 )
 REVISION_COLUMNS = (
     "id, changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,"

@@ -25,6 +25,7 @@ from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
 from changesets import chain
 from changesets.exceptions import PlanChanged, TooManyOps
+from changesets.fields import to_hex
 from changesets.hooks import run_write_hooks
 from changesets.models import BASELINE, Changeset, LogHead, Rpc
 from changesets.ops import WriteOp, op_repr
@@ -433,7 +434,9 @@ def _write_log(
         if row is not None and row[4] != entity_sql.creates:
             raise KeyRaced()
         raise _HeadMissing()
-    changeset.seq, changeset.at, changeset.prev_hash, changeset.hash = row[:4]
+    changeset.seq, changeset.at = row[:2]
+    # Stored as bytes; hex text from here on, as the model reads them (``changesets.fields``).
+    changeset.prev_hash, changeset.hash = to_hex(row[2]), to_hex(row[3])
     return json.loads(row[5])
 
 

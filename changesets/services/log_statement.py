@@ -9,9 +9,10 @@ by PostgreSQL because each reads the one before it:
    once it has been read to the end).
 2. ``head`` — the update of the one-row log head: takes its lock, draws
    ``seq`` and ``at``, and computes the chain hash in PostgreSQL
-   (``chain.hash_sql``). The transaction holds that lock to COMMIT, so seq
-   order is commit order (invariant 6), and it never waits on a round trip
-   to Python while held. It moves only when every create inserted its row.
+   (``chain.hash_sql``; stored as its 32 bytes, ``changesets.fields``). The
+   transaction holds that lock to COMMIT, so seq order is commit order
+   (invariant 6), and it never waits on a round trip to Python while held.
+   It moves only when every create inserted its row.
 3. ``changeset``, ``journal`` (baseline only), ``revisions`` — the log rows,
    from ``h``.
 4. ``result`` — seq, at and the hashes, plus ``w.created`` (so a head that
@@ -45,7 +46,10 @@ from entities.store import WriteSql, json_array
 _AT = (
     "date_trunc('milliseconds', GREATEST(%(now)s::timestamptz, COALESCE(at, %(now)s::timestamptz)))"
 )
-_PREV = f"COALESCE(NULLIF(hash, ''), '{chain.GENESIS}')"
+# The hash before this changeset's, as stored (32 bytes; the genesis before the
+# first write, when the head's hash is NULL), and as the hex text the header hashes.
+_PREV = f"COALESCE(hash, decode('{chain.GENESIS}', 'hex'))"
+_PREV_HEX = f"COALESCE(encode(hash, 'hex'), '{chain.GENESIS}')"
 
 _CHANGESET = (
     " c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
@@ -77,7 +81,8 @@ _REVISIONS = (
     " RETURNING id, changed)"
 )
 # The changed keys go back in written order, one JSON text, so the write's answer
-# shows what the rows hold without a second engine for the rule in Python.
+# shows what the rows hold without a second engine for the rule in Python. The
+# hashes go back as their bytes (``apply._write_log`` makes them hex text).
 _RESULT = (
     " SELECT h.seq, h.at, h.prev_hash, h.hash, w.created,"
     " (SELECT json_agg(r.changed ORDER BY r.id)::text FROM r) FROM w LEFT JOIN h ON TRUE"
@@ -91,7 +96,7 @@ def _entities(entity_sql: WriteSql) -> str:
 
 def _head() -> str:
     # Built per statement, not once: the hash expression is chain's to define.
-    new_hash = chain.hash_sql(prev=_PREV, at=_AT, seq="seq + 1", middle="%(middle)s")
+    new_hash = chain.hash_sql(prev=_PREV_HEX, at=_AT, seq="seq + 1", middle="%(middle)s")
     return (
         f" h AS (UPDATE changesets_loghead SET seq = seq + 1, at = {_AT}, prev_hash = {_PREV},"
         f" hash = {new_hash} FROM w WHERE id = 1 AND w.created = %(creates)s::bigint"
@@ -215,8 +220,8 @@ def new_changeset(
         "rpc": rpc,
         "op_count": len(changes),
         "namespaces": sorted({c.key.namespace for c in changes}),
-        "prev_hash": "",
-        "hash": "",
+        "prev_hash": None,
+        "hash": None,
         "v1_hash": None,
         "metadata": provenance.stored_metadata(metadata),
         "context": provenance.stored_context(context),

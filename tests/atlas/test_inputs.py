@@ -314,14 +314,15 @@ def _give_the_newest_changeset_microseconds(extra_us: int) -> Changeset:
         cursor.execute("ALTER TABLE changesets_changeset DISABLE TRIGGER changeset_append_only")
         cursor.execute("ALTER TABLE changesets_revision DISABLE TRIGGER revision_append_only")
         cursor.execute(
-            "UPDATE changesets_changeset SET at = %s, hash = %s WHERE id = %s",
+            "UPDATE changesets_changeset SET at = %s, hash = decode(%s, 'hex') WHERE id = %s",
             [at, new_hash, newest.id],
         )
         cursor.execute(
             "UPDATE changesets_revision SET at = %s WHERE changeset_id = %s", [at, newest.id]
         )
         cursor.execute(
-            "UPDATE changesets_loghead SET at = %s, hash = %s WHERE id = 1", [at, new_hash]
+            "UPDATE changesets_loghead SET at = %s, hash = decode(%s, 'hex') WHERE id = 1",
+            [at, new_hash],
         )
         cursor.execute("ALTER TABLE changesets_changeset ENABLE TRIGGER changeset_append_only")
         cursor.execute("ALTER TABLE changesets_revision ENABLE TRIGGER revision_append_only")

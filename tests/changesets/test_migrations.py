@@ -8,12 +8,15 @@ failed on any log with revisions.
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from changesets import rechain
-from changesets.models import Revision
+from changesets import chain, rechain
+from changesets.models import Changeset, LogHead, Revision
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,3 +79,86 @@ def test_changed_keys_migrate_onto_a_log_with_revisions(staff, namespace, write)
             " changed) && atlas_key_query(branch, namespace, '/x')"
         )
         assert cursor.fetchone()[0] == 2
+
+
+BEFORE_BYTEA = [("changesets", "0025_revision_partitions")]
+HASH_COLUMNS = {
+    ("changesets_changeset", "prev_hash"),
+    ("changesets_changeset", "hash"),
+    ("changesets_changeset", "v1_hash"),
+    ("changesets_loghead", "hash"),
+    ("changesets_loghead", "prev_hash"),
+}
+
+
+@pytest.fixture
+def back_to_latest():
+    """Whatever a test migrated to, the database ends at the latest migration."""
+    yield
+    migrate(latest())
+
+
+def _hash_column_types() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns"
+            " WHERE table_name IN ('changesets_changeset', 'changesets_loghead')"
+            " AND column_name LIKE '%%hash'"
+        )
+        rows = cursor.fetchall()
+    assert {(t, c) for t, c, _ in rows} == HASH_COLUMNS
+    return {kind for _, _, kind in rows}
+
+
+def _verify_log() -> str:
+    out = io.StringIO()
+    call_command("verify_log", "--no-progress", stdout=out)
+    return out.getvalue()
+
+
+def test_a_log_written_with_hex_hashes_verifies_after_they_become_bytes(
+    staff, namespace, write, back_to_latest
+):
+    for i in range(5):
+        write(staff, f"{NS}/order/o{i % 2}", {"i": i, "s": "é" * i})
+    written = list(Changeset.objects.order_by("seq").values_list("seq", "prev_hash", "hash"))
+    head = LogHead.objects.values_list("seq", "hash", "prev_hash").get(pk=1)
+
+    migrate(BEFORE_BYTEA)  # the columns as every log before 0027 has them: hex text
+    assert _hash_column_types() == {"character varying"}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, prev_hash, hash, v1_hash FROM changesets_changeset ORDER BY seq"
+        )
+        assert cursor.fetchall() == [(*row, None) for row in written]
+        cursor.execute("SELECT seq, hash, prev_hash FROM changesets_loghead WHERE id = 1")
+        assert cursor.fetchone() == head
+
+    migrate(latest())
+    assert _hash_column_types() == {"bytea"}
+    assert list(Changeset.objects.order_by("seq").values_list("seq", "prev_hash", "hash")) == (
+        written
+    )
+    assert "ok: 5 changeset(s) verified" in _verify_log()
+    after = write(staff, f"{NS}/order/o0", {"after": True}).changeset
+    assert after.prev_hash == written[-1][2]
+    assert "ok: 6 changeset(s) verified" in _verify_log()
+
+
+def test_an_empty_log_head_becomes_null_and_the_first_write_chains_from_the_genesis(
+    staff, namespace, write, back_to_latest
+):
+    migrate(BEFORE_BYTEA)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM changesets_loghead")
+        cursor.execute(
+            "INSERT INTO changesets_loghead (id, seq, at, hash, prev_hash)"
+            " VALUES (1, 0, NULL, '', '')"
+        )
+    migrate(latest())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT hash IS NULL AND prev_hash IS NULL FROM changesets_loghead")
+        assert cursor.fetchone()[0] is True
+    first = write(staff, f"{NS}/order/a", {"n": 1}).changeset
+    assert first.prev_hash == chain.GENESIS
+    assert "ok: 1 changeset(s) verified" in _verify_log()

@@ -460,11 +460,13 @@ def _old_style_changeset(staff) -> Changeset:
             prev_hash=cs.prev_hash, changeset=cs, revisions_hex=chain.revisions_digest(revisions)
         )
         cursor.execute(
-            "UPDATE changesets_changeset SET metadata = NULL, context = NULL, hash = %s"
-            " WHERE id = %s",
+            "UPDATE changesets_changeset SET metadata = NULL, context = NULL,"
+            " hash = decode(%s, 'hex') WHERE id = %s",
             [new_hash, cs.pk],
         )
-        cursor.execute("UPDATE changesets_loghead SET hash = %s WHERE id = 1", [new_hash])
+        cursor.execute(
+            "UPDATE changesets_loghead SET hash = decode(%s, 'hex') WHERE id = 1", [new_hash]
+        )
         cursor.execute("ALTER TABLE changesets_changeset ENABLE TRIGGER changeset_append_only")
         cursor.execute("ALTER TABLE changesets_revision ENABLE TRIGGER revision_append_only")
     return cs

@@ -137,7 +137,7 @@ def seed_backlog(cursor: Any, n: int) -> None:
         "INSERT INTO changesets_changeset (id, seq, author_name, at, message, comment, branch,"
         " rpc, op_count, namespaces, prev_hash, hash)"
         " SELECT gen_random_uuid(), s, 'seed', now(), '', '', '', 'PutEntity', 1,"
-        " ARRAY[%s]::varchar[], '', '' FROM generate_series(%s, %s) AS s",
+        " ARRAY[%s]::varchar[], NULL, NULL FROM generate_series(%s, %s) AS s",
         [NS, first, first + n - 1],
     )
     cursor.execute(

@@ -249,7 +249,9 @@ def test_a_failure_after_entity_writes_rolls_the_entity_rows_back(
     if fail_at == "in-log-statement":
         # PostgreSQL fails while computing the chain hash: the entity CTEs have run
         # (the head's update reads their counts first) and must be rolled back.
-        monkeypatch.setattr(chain, "hash_sql", lambda **kw: "('injected failure' || 1)::int::text")
+        monkeypatch.setattr(
+            chain, "hash_sql", lambda **kw: "('injected failure' || 1)::int::text::bytea"
+        )
 
     with (
         pytest.raises((RuntimeError, DatabaseError), match="injected"),

@@ -46,7 +46,7 @@ def seed(cursor: Any) -> int:
         " rpc, op_count, namespaces, prev_hash, hash)"
         " SELECT gen_random_uuid(), s, 'seed', %(start)s + (s - %(first)s) * interval '1 second',"
         " '', '', CASE WHEN s %% 50 = 0 THEN 'feature' ELSE '' END, 'PutEntity', 1,"
-        " ARRAY[CASE WHEN s %% 5000 = 1 THEN %(rare)s ELSE %(busy)s END]::varchar[], '', ''"
+        " ARRAY[CASE WHEN s %% 5000 = 1 THEN %(rare)s ELSE %(busy)s END]::varchar[], NULL, NULL"
         " FROM generate_series(%(first)s, %(last)s) AS s",
         {"start": START, "first": first, "last": first + ROWS - 1, "rare": RARE, "busy": BUSY},
     )
@@ -132,7 +132,7 @@ def test_as_of_time_ties_within_a_millisecond_go_to_the_highest_seq(seeded):
         seed_tie = (
             "INSERT INTO changesets_changeset (id, seq, author_name, at, message, comment,"
             " branch, rpc, op_count, namespaces, prev_hash, hash) SELECT gen_random_uuid(),"
-            " %s, 'tie', %s, '', '', '', 'PutEntity', 1, ARRAY[%s]::varchar[], '', ''"
+            " %s, 'tie', %s, '', '', '', 'PutEntity', 1, ARRAY[%s]::varchar[], NULL, NULL"
         )
         cursor.execute("SELECT max(seq) FROM changesets_changeset")
         top = cursor.fetchone()[0]

@@ -94,7 +94,8 @@ class Command(BaseCommand):
             )
         self.stdout.write(
             f"ok: {checked} changeset(s) verified; head seq {head.seq if head else 0}"
-            f" hash {head.hash if head else chain.GENESIS}; {stats.erased_images} image(s)"
+            f" hash {(head.hash if head else None) or chain.GENESIS};"
+            f" {stats.erased_images} image(s)"
             f" with {stats.erased_members} erased member(s)"
         )
         if stats.v1_head is not None:

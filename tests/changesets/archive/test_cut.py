@@ -16,6 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from changesets import ndjson
 from changesets.archive import base, boundary, checkpoint, locks, offline, segments, signing
@@ -310,3 +312,40 @@ def test_one_archiver_at_a_time(seed, archive_dir):
     assert not ArchiveCut.objects.exists()
     cut(seeded.seq_of(2) + 1)  # free again
     assert ArchiveCut.objects.get().state == CutState.REMOVED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cut_made_while_hashes_were_hex_text_verifies_after_0027_and_is_continued(
+    seed, archive_dir
+):
+    """Checkpoints and segments hold hashes as hex, before migration 0027 and after it:
+    the hot log chains on from a checkpoint made while the columns held hex text, and a
+    cut made after continues it (one chain, offline and online)."""
+    seeded = seed(3)
+    first = seeded.seq_of(5)
+    cut(first + 1)
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes()
+    try:
+        MigrationExecutor(connection).migrate([("changesets", "0025_revision_partitions")])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_typeof(prev_hash)::text, prev_hash FROM changesets_changeset"
+                " ORDER BY seq LIMIT 1"
+            )
+            assert cursor.fetchone() == ("character varying", ArchiveCut.objects.get().hash)
+    finally:
+        MigrationExecutor(connection).migrate(latest)
+    out = StringIO()
+    call_command("verify_log", "--no-progress", stdout=out)
+    assert f"checkpoint: seq {first}" in out.getvalue()
+
+    second = seeded.seq_of(11)
+    [done] = cut(second + 1).cuts
+    assert done.prev_hash == ArchiveCut.objects.get(seq=first).hash
+    report = offline.verify_archive(
+        offline.DirectorySource(archive_dir), public_keys=[public_key()]
+    )
+    assert report.ok, report.problems
+    assert (report.head_seq, report.head_hash) == (second, done.hash)
+    call_command("verify_log", "--no-progress", stdout=StringIO())
