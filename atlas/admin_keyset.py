@@ -86,7 +86,7 @@ class KeysetChangeList(ChangeList):
 
     (``get_query_string``'s ``remove`` drops every parameter *starting* with a
     name, so the page number ``p``, never in ``params`` anyway, is not listed:
-    it would drop ``phase__exact``.)
+    it would drop any filter whose name starts with a ``p``.)
     """
 
     def get_filters_params(self, params: Any = None) -> dict[str, Any]:

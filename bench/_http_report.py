@@ -128,7 +128,7 @@ def processes(info: dict[str, Any]) -> list[str]:
         " default; the journal relay in its main process, beat embedded;",
         f"- broker: {info['broker']};",
         f"- {subs}; subscriptions of earlier runs deactivated ({info['deactivated']});",
-        "- nothing is marked published by hand: before the first block the worker drained the"
+        "- nothing is published by hand: before the first block the worker drained the"
         f" {info['initial_backlog']:,} journal entries the database held, and the warm-up's"
         f" ({info['initial_drain_s']:.1f} s).",
         "",

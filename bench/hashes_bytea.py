@@ -28,7 +28,7 @@ from _common import bench_env
 from _setup import database_url, setup
 
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_hashes"
-BEFORE = "0025_revision_partitions"
+BEFORE = "0026_journal_published_gone"
 MIGRATION = "0027_hashes_bytea"
 # Step 2: hex text as the old write path left it (placeholders: sha256 of the seq).
 HEX_HASHES = (

@@ -9,7 +9,7 @@ with its default concurrency and the journal relay in its main process, with
 ``bench.settings`` (Atlas plus ``PUT /bench/plain/<namespace>/<slug>``, a plain
 ``UpdateAPIView`` over an untracked model), on Redis 127.0.0.1:6379 db 9 with a
 queue of this run (the filesystem broker, said loudly, when Redis is down).
-Nothing is marked published by hand: the worker first drains whatever journal
+Nothing is published by hand: the worker first drains whatever journal
 backlog the database holds, then at 1, 4 and 8 client threads come blocks of
 ``--seconds`` in the order plain, Atlas, Atlas, plain. After each Atlas block
 the run records the backlog and waits for the worker to drain it; throughput

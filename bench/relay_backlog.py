@@ -118,7 +118,9 @@ def main() -> None:
     plan = ""
     for label in ("no subscriptions, no hooks", "one subscription"):
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT COALESCE(max(seq), 0) FROM changesets_journalentry")
+            # The seeded seqs follow the log head (published entries are deleted, so
+            # the journal itself no longer says where the last run ended).
+            cursor.execute("SELECT COALESCE(max(seq), 0) FROM changesets_changeset")
             before = cursor.fetchone()[0]
             seed(cursor, args.backlog)
         if label == "one subscription":
@@ -150,7 +152,7 @@ def main() -> None:
             f"{args.backlog:,} outstanding journal entries seeded by SQL; the wake query"
             f" (`relay.NEXT_BATCH`, 200 rows after the mark) timed {args.repeat} times at"
             " each mark, then the backlog drained by the relay's own loop (batches of 200,"
-            " each one claim-and-mark statement; pump wakes recorded, not sent).",
+            " each one claim-and-delete statement; pump wakes recorded, not sent).",
             "",
             table(["mark", "wake query p50 ms", "p95 ms", "rows"], wake_rows),
             "",

@@ -430,7 +430,7 @@ def keys_rows(keys: dict) -> list[list[str]]:
 
 def http_rows(http: dict) -> list[list[str]]:
     """Part 6's targets as http_throughput.py judged them (worker running, nothing
-    marked published by hand): throughput over block + drain, backlog, CPU."""
+    published by hand): throughput over block + drain, backlog, CPU."""
     if any("sustained" not in a for a in http["results"]["atlas"].values()):
         why = "stored result from the old benchmark (no worker): rerun with `--only http`"
         return [["6 HTTP PUT, Atlas vs plain DRF", "≥ 70%", why, "not measured", ""]]

@@ -251,11 +251,21 @@ class LogHead(models.Model):
 
 class JournalPhase(models.TextChoices):
     COMMITTED = "committed"
+    # Written by no code since migration 0026: publishing deletes the entry. Kept
+    # so that rows an older process marks during a rolling upgrade still read as
+    # done (every reader filters on ``committed``).
     PUBLISHED = "published"
 
 
 class JournalEntry(models.Model):
-    """Post-commit work still owed for one baseline changeset (fan-out, hooks)."""
+    """Post-commit work still owed for one baseline changeset (fan-out, hooks).
+
+    A queue, not a log: publishing deletes the entry (``changesets.outbox.journal``),
+    so the table holds only outstanding work, failing entries among it, and a
+    baseline changeset without an entry is one whose work is done. Nothing reads a
+    finished entry (the change feed is derived from revisions), and keeping each
+    one cost 144 bytes per write (issue 16).
+    """
 
     changeset = models.OneToOneField(
         Changeset, primary_key=True, on_delete=models.DO_NOTHING, related_name="journal"
@@ -268,11 +278,14 @@ class JournalEntry(models.Model):
     # must not slow down as the backlog grows).
     seq = models.BigIntegerField()
     created_at = models.DateTimeField()
+    # Always NULL since migration 0026 (a published entry is deleted). Kept, as is
+    # ``phase``, for processes of the previous release still running during an
+    # upgrade, which write both; the write statement names them too.
     published_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
-    # Attempts that failed (a hook raised, or the pumps could not be woken).
-    # Exported as a counter; the partial index keeps summing it cheap.
+    # Attempts that failed (a hook raised, or the pumps could not be woken). The
+    # exported counter is ``JournalTally.failures``: this one leaves with the entry.
     failures = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -283,11 +296,32 @@ class JournalEntry(models.Model):
                 condition=Q(phase="committed"),
                 name="journal_pending",
             ),
-            models.Index(fields=["failures"], condition=Q(failures__gt=0), name="journal_failed"),
         ]
 
     def __str__(self) -> str:
         return f"{self.changeset_id} {self.phase}"
+
+
+class JournalTally(models.Model):
+    """Totals of the journal that must outlive its entries; one row (``id`` 1).
+
+    ``failures`` counts failed journal attempts ever (``atlas_journal_failures_total``,
+    a Prometheus counter, which must never go down). It used to be the sum of the
+    entries' ``failures``, but a published entry is now deleted and its failures
+    would leave the sum with it. The statement that records a failure on entries
+    adds to it (``journal._RECORD_FAILURES``, an upsert: a missing row is made), so
+    the row is touched only when something fails, never on the path of a write or
+    of a successful publish.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    failures = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="journaltally_single_row")]
+
+    def __str__(self) -> str:
+        return f"journal: {self.failures} failed attempt(s)"
 
 
 class Capture(models.TextChoices):

@@ -16,7 +16,8 @@ Rules for receivers:
   (all receivers again). Other receivers still run on that attempt.
 - **Database writes are atomic with the entry.** Receivers run inside the
   journal's transaction, in a savepoint: a failed attempt leaves none of the
-  receivers' writes, a successful one commits them with the ``published`` mark.
+  receivers' writes, a successful one commits them with the entry's deletion
+  (a published entry leaves the journal).
 - **Quick.** The entry's row is locked while they run; slow work belongs in a
   Celery task the receiver enqueues.
 

@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="changesets.journal_publish", acks_late=True)
 def journal_publish(changeset_id: str) -> str:
-    """Run post-commit work for one changeset and mark its journal entry published."""
+    """Run post-commit work for one changeset; its journal entry is deleted once done."""
     return journal.journal_publish(changeset_id=changeset_id)
 
 

@@ -193,10 +193,12 @@ class ChangesetAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdm
 
     @admin.display(description="journal")
     def journal_label(self, obj: Changeset) -> str:
+        """The entry's phase while it is outstanding; a baseline changeset without
+        one was published (publishing deletes the entry); a branch one has none."""
         try:
             return obj.journal.phase
         except JournalEntry.DoesNotExist:
-            return "—"
+            return "—" if obj.branch else JournalPhase.PUBLISHED
 
     def get_urls(self) -> list[Any]:
         revert = self.admin_site.admin_view(self.revert_view)
@@ -362,32 +364,22 @@ class RevisionAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdmi
 
 @admin.register(JournalEntry)
 class JournalEntryAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
+    """Post-commit work still owed: publishing deletes an entry, so every entry here
+    is outstanding, and the failing ones show their attempts and last error."""
+
     namespaces_array_field = "changeset__namespaces"
-    list_display = (
-        "changeset_link",
-        "phase",
-        "created_at",
-        "published_at",
-        "attempts",
-        "failures",
-        "error_excerpt",
-    )
-    list_filter = ("phase",)
-    # Newest first off an index, never a sort of the whole journal: the primary key
-    # (UUIDv7, time-ordered) for every entry, ``journal_pending`` (seq) for the
-    # outstanding ones, which are few among many.
-    ordering = ("-changeset_id",)
-    keyset_fields = ("changeset_id",)
+    list_display = ("changeset_link", "created_at", "attempts", "failures", "error_excerpt")
+    # Newest first off ``journal_pending`` (outstanding entries by seq), never a sort
+    # of the whole journal (issue 18).
+    ordering = ("-seq",)
+    keyset_fields = ("seq",)
     list_per_page = 50
     list_select_related = ("changeset",)
 
-    def get_keyset_fields(self, request: HttpRequest) -> tuple[str, ...]:
-        if request.GET.get("phase__exact") == JournalPhase.COMMITTED:
-            return ("seq",)
-        return self.keyset_fields
-
-    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
-        return tuple(f"-{f}" for f in self.get_keyset_fields(request))
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        """Outstanding entries (rows an older process marked ``published`` during an
+        upgrade are done work, and ``journal_pending`` holds only these)."""
+        return super().get_queryset(request).filter(phase=JournalPhase.COMMITTED)
 
     @admin.display(description="changeset")
     def changeset_link(self, obj: JournalEntry) -> str:

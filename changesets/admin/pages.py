@@ -94,6 +94,8 @@ def visible_changeset(model_admin: ModelAdmin, request: HttpRequest, object_id: 
 
 
 def journal_status(changeset: Changeset) -> JournalEntry | None:
+    """The changeset's outstanding journal entry; None once published (publishing
+    deletes it) and for a branch changeset (it never had one)."""
     return JournalEntry.objects.filter(changeset=changeset).first()
 
 

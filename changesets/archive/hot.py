@@ -174,6 +174,9 @@ def remove_through(
                 return removed
             first, last = bounds
             with connection.cursor() as cursor:
+                # Usually nothing: publishing deletes an entry, and the plan keeps the
+                # cut below every outstanding one. What is left is rows an older
+                # release marked published, which the changesets' foreign key needs gone.
                 cursor.execute(
                     "DELETE FROM changesets_journalentry WHERE changeset_id IN"
                     " (SELECT id FROM changesets_changeset WHERE seq BETWEEN %s AND %s)",

@@ -11,7 +11,8 @@ so that nothing still needed hot is archived:
    (a cursor at or before the cut answers 410, API.md "Archive and
    retention", so a live subscription is never cut at its own cursor);
 3. journal entries not yet published stay (their post-commit work reads
-   the changeset): the cut stays below the oldest;
+   the changeset): the cut stays below the oldest (a published entry is
+   deleted, so every entry left is one of these);
 4. never past the log head, never before the previous cut;
 5. a cut drops whole revision partitions (``changesets.archive.hot``), so it
    ends where a partition ends: the last seq of the highest partition wholly

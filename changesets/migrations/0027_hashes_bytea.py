@@ -49,7 +49,7 @@ def _to_hex(table: str) -> str:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("changesets", "0025_revision_partitions")]
+    dependencies = [("changesets", "0026_journal_published_gone")]
 
     operations = [
         migrations.SeparateDatabaseAndState(

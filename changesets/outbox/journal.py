@@ -5,27 +5,36 @@ changeset. After commit, :func:`publish` finishes a batch of entries: the
 journal relay calls it for the entries that committed since its last wake,
 the beat sweep and ``manage.py recover_batches`` for what was left behind.
 
+**Publishing deletes the entry.** The journal is a queue of work still owed,
+not a log: nothing reads a finished entry (the change feed is derived from
+revisions, never from the journal), and keeping one cost 144 bytes per write
+(issue 16). So the table holds only outstanding entries, failing ones among
+them, and a baseline changeset without an entry is one whose work is done.
+
 Publishing is set-based: the work for N entries is a constant number of
 statements, and at most one broker message per subscription woken, never
 one per changeset. What it does depends on what is registered:
 
 - **No ``changeset_committed`` hooks** (the default): one statement claims
   the entries (``FOR UPDATE SKIP LOCKED``, so two runners never work on one
-  entry and a runner that finds one claimed moves on), marks them
-  ``published`` and returns the namespaces they touched; one query finds the
-  due subscriptions those concern, and their pumps are queued before COMMIT.
-  With no subscriptions that is all: no ORM object per entry, no Celery task.
+  entry and a runner that finds one claimed moves on), deletes them and
+  returns the due subscriptions they concern; their pumps are queued before
+  COMMIT. With no subscriptions that is all: no ORM object per entry, no
+  Celery task.
 - **Hooks registered**: the entries are claimed and loaded with their
   changesets, each entry's hooks run in a savepoint of their own (a failed
   attempt keeps none of that entry's hook writes), the pumps of the
-  subscriptions the successful entries concern are queued once, and two
-  statements mark the successes published and record the failures.
+  subscriptions the successful entries concern are queued once, then one
+  statement deletes the successes and one records the failures.
 
 A failure (a hook raised; the broker refused a pump) records ``last_error``,
-counts the failure and leaves the entry ``committed``; the sweep retries it.
-The phase check makes a second run of a published entry a no-op. Hooks may
-still run more than once (a crash after they ran, before the commit), so
-they must be idempotent.
+counts the failure on the entry and in ``JournalTally`` (the exported
+counter), and leaves the entry ``committed``; the sweep retries it. A second
+run of a published entry finds nothing to claim and changes nothing: its
+outcome is ``already_published``, told from ``missing`` by the changeset row
+(a baseline changeset without an entry has been published). Hooks may still
+run more than once (a crash after they ran, before the commit), so they must
+be idempotent.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from changesets.models import JournalEntry, JournalPhase
+from changesets.models import BASELINE, Changeset, JournalEntry, JournalPhase
 from changesets.outbox import pumps
 from changesets.signals import changeset_committed
 
@@ -55,13 +64,13 @@ BUSY = "busy"
 MISSING = "missing"
 
 # Claim the given entries that are still outstanding (skipping any another
-# runner holds), mark them published, and return them with the due
-# subscriptions they concern: the claim is a subquery of the UPDATE, so the
-# lock and the mark are one step, and the whole publish is one statement.
-_CLAIM_AND_MARK = f"""
-WITH marked AS (
-    UPDATE changesets_journalentry j
-    SET phase = 'published', published_at = now(), attempts = j.attempts + 1, last_error = ''
+# runner holds), delete them, and return them with the due subscriptions they
+# concern: the claim is a subquery of the DELETE, so the lock and the removal
+# are one step, and the whole publish is one statement. A rollback (the pumps
+# could not be queued) puts them back as they were.
+_CLAIM_AND_DELETE = f"""
+WITH claimed AS (
+    DELETE FROM changesets_journalentry j
     WHERE j.changeset_id IN (
         SELECT changeset_id FROM changesets_journalentry
         WHERE changeset_id = ANY(%(ids)s::uuid[]) AND phase = 'committed'
@@ -70,10 +79,10 @@ WITH marked AS (
     RETURNING j.changeset_id
 ), touched AS (
     SELECT DISTINCT unnest(c.namespaces) AS name
-    FROM marked m JOIN changesets_changeset c ON c.id = m.changeset_id
+    FROM claimed m JOIN changesets_changeset c ON c.id = m.changeset_id
 )
 SELECT
-    ARRAY(SELECT changeset_id FROM marked),
+    ARRAY(SELECT changeset_id FROM claimed),
     ARRAY(
         SELECT s.id::text FROM changesets_subscription s
         WHERE {pumps.DUE} AND {pumps.CONCERNED.format(names="ARRAY(SELECT name FROM touched)")}
@@ -81,10 +90,22 @@ SELECT
     )
 """
 
-_RECORD_FAILURE = """
-UPDATE changesets_journalentry
-SET attempts = attempts + 1, failures = failures + 1, last_error = %(error)s
-WHERE changeset_id = ANY(%(ids)s::uuid[]) AND phase = 'committed'
+# The hooks path's successes, already claimed (locked) by this transaction.
+_DELETE_DONE = "DELETE FROM changesets_journalentry WHERE changeset_id = ANY(%(ids)s::uuid[])"
+
+# Each failed entry's attempt and error, and the failures added to the tally (an
+# upsert, so a missing tally row is made): one statement for any number.
+_RECORD_FAILURES = """
+WITH failed AS (
+    UPDATE changesets_journalentry j
+    SET attempts = j.attempts + 1, failures = j.failures + 1, last_error = f.error
+    FROM unnest(%(ids)s::uuid[], %(errors)s::text[]) AS f(changeset_id, error)
+    WHERE j.changeset_id = f.changeset_id AND j.phase = 'committed'
+    RETURNING 1
+)
+INSERT INTO changesets_journaltally AS t (id, failures)
+SELECT 1, count(*) FROM failed
+ON CONFLICT (id) DO UPDATE SET failures = t.failures + EXCLUDED.failures
 """
 
 
@@ -118,41 +139,63 @@ Wake = Callable[[Sequence[str]], Any]
 def publish(changeset_ids: Sequence[Any], *, wake: Wake | None = None) -> dict[UUID, str]:
     """Finish the post-commit work of these entries; each one's outcome, by id.
 
-    Outcomes: ``published`` (by this call), ``already_published``,
-    ``committed`` (this attempt failed; see ``last_error``), ``busy``
-    (another runner holds it) or ``missing``. ``wake`` queues the pumps of the
-    subscriptions concerned (default :func:`pumps.wake`, at once; the relay
-    passes its throttle) and raises when the broker refuses.
+    Outcomes: ``published`` (by this call: the entry is gone), ``already_published``
+    (no entry, but its baseline changeset is there: published before), ``committed``
+    (this attempt failed; see ``last_error``), ``busy`` (another runner holds it) or
+    ``missing`` (no such baseline changeset here: an unknown id, a branch changeset,
+    or one archived since). ``wake`` queues the pumps of the subscriptions concerned
+    (default :func:`pumps.wake`, at once; the relay passes its throttle) and raises
+    when the broker refuses.
     """
     ids = list(dict.fromkeys(_uuid(i) for i in changeset_ids))
     if not ids:
         return {}
     wake = wake or pumps.wake
-    outcomes = _publish_with_hooks(ids, wake) if hooks_registered() else _publish_marking(ids, wake)
+    outcomes = (
+        _publish_with_hooks(ids, wake) if hooks_registered() else _publish_deleting(ids, wake)
+    )
     left = [i for i in ids if i not in outcomes]
-    if left:  # not claimed: published already, held by another runner, or unknown
-        phases = dict(JournalEntry.objects.filter(pk__in=left).values_list("pk", "phase"))
-        for i in left:
-            phase = phases.get(i)
-            outcomes[i] = (
-                MISSING if phase is None else ALREADY_PUBLISHED if phase == PUBLISHED else BUSY
-            )
+    if left:
+        outcomes.update(_unclaimed(left))
     return {i: outcomes[i] for i in ids}
 
 
-def _publish_marking(ids: list[UUID], wake: Wake) -> dict[UUID, str]:
-    """No hooks: claim, mark and find the subscriptions in one statement, queue
-    their pumps, then COMMIT (so a refused pump message leaves nothing marked)."""
+def _unclaimed(ids: list[UUID]) -> dict[UUID, str]:
+    """Why these were not claimed, in one query: the changeset and its entry, if any.
+
+    The entry commits with its changeset (invariant 2), so a baseline changeset
+    without one has been published; an entry still ``committed`` is held by
+    another runner (it was skipped as locked). A ``published`` entry is one an
+    older process marked during an upgrade (``JournalPhase.PUBLISHED``).
+    """
+    found = dict(
+        Changeset.objects.filter(pk__in=ids, branch=BASELINE).values_list("pk", "journal__phase")
+    )
+    outcomes: dict[UUID, str] = {}
+    for i in ids:
+        if i not in found:
+            outcomes[i] = MISSING
+        elif found[i] == JournalPhase.COMMITTED:
+            outcomes[i] = BUSY
+        else:
+            outcomes[i] = ALREADY_PUBLISHED
+    return outcomes
+
+
+def _publish_deleting(ids: list[UUID], wake: Wake) -> dict[UUID, str]:
+    """No hooks: claim, delete and find the subscriptions in one statement, queue
+    their pumps, then COMMIT (so a refused pump message leaves every entry in place)."""
     claimed: list[UUID] = []
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_CLAIM_AND_MARK, {"ids": ids})
-            marked, subscription_ids = cursor.fetchone()
-            claimed = [_uuid(changeset_id) for changeset_id in marked]
+            cursor.execute(_CLAIM_AND_DELETE, {"ids": ids})
+            deleted, subscription_ids = cursor.fetchone()
+            claimed = [_uuid(changeset_id) for changeset_id in deleted]
             if claimed and subscription_ids:
                 _wake_subscriptions(subscription_ids, wake)
     except WakeFailed as exc:  # rolled back: the entries are outstanding again
-        _record_failure(claimed, f"wake pumps: {exc.__cause__!r}")
+        error = f"wake pumps: {exc.__cause__!r}"
+        _record_failures([(changeset_id, error) for changeset_id in claimed])
         return dict.fromkeys(claimed, COMMITTED)
     return dict.fromkeys(claimed, PUBLISHED)
 
@@ -181,18 +224,10 @@ def _publish_with_hooks(ids: list[UUID], wake: Wake) -> dict[UUID, str]:
         except WakeFailed as exc:
             failed += [(entry, f"wake pumps: {exc.__cause__!r}") for entry in done]
             done = []
-        now = timezone.now()
-        for entry in done:
-            entry.phase, entry.published_at, entry.last_error = JournalPhase.PUBLISHED, now, ""
-            entry.attempts += 1
-        for entry, error in failed:
-            entry.attempts += 1
-            entry.failures += 1
-            entry.last_error = error[:MAX_ERROR_LENGTH]
-        JournalEntry.objects.bulk_update(
-            [*done, *(entry for entry, _ in failed)],
-            ["phase", "published_at", "attempts", "failures", "last_error"],
-        )
+        if done:
+            with connection.cursor() as cursor:
+                cursor.execute(_DELETE_DONE, {"ids": [entry.pk for entry in done]})
+        _record_failures([(entry.pk, error) for entry, error in failed])
         outcomes.update((entry.pk, PUBLISHED) for entry in done)
         outcomes.update((entry.pk, COMMITTED) for entry, _ in failed)
     return outcomes
@@ -215,10 +250,17 @@ def _wake_subscriptions(subscription_ids: Sequence[str], wake: Wake) -> None:
         raise WakeFailed(str(exc)) from exc
 
 
-def _record_failure(ids: list[UUID], error: str) -> None:
-    if ids:
+def _record_failures(failed: list[tuple[UUID, str]]) -> None:
+    """Count a failed attempt on each entry, with its error, and in the tally."""
+    if failed:
         with connection.cursor() as cursor:
-            cursor.execute(_RECORD_FAILURE, {"ids": ids, "error": error[:MAX_ERROR_LENGTH]})
+            cursor.execute(
+                _RECORD_FAILURES,
+                {
+                    "ids": [changeset_id for changeset_id, _ in failed],
+                    "errors": [error[:MAX_ERROR_LENGTH] for _, error in failed],
+                },
+            )
 
 
 def journal_publish(*, changeset_id: Any) -> str:

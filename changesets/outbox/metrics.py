@@ -10,8 +10,10 @@ random. The database is the one place that knows the totals, so:
   higher ``seq`` than the last one counted. That is exact because the log is
   append-only (invariant 7) and seq order is commit order (invariant 6).
 - journal and subscription figures are read from their rows (outstanding
-  entries use the ``journal_pending`` partial index; failures the
-  ``journal_failed`` one), so they are equal whichever process answers.
+  entries use the ``journal_pending`` partial index), so they are equal
+  whichever process answers. Failed journal attempts are read from the one
+  ``JournalTally`` row: a published entry is deleted, and its own ``failures``
+  with it, so their sum would go down, which a counter must never do.
 
 The feed page latency histogram is genuinely per process. With several web
 workers set ``PROMETHEUS_MULTIPROC_DIR`` (an empty, writable directory) for
@@ -30,13 +32,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from changesets.models import Changeset, JournalEntry, JournalPhase, Subscription
+from changesets.models import Changeset, JournalEntry, JournalPhase, JournalTally, Subscription
 from changesets.selectors import feed
 
 logger = logging.getLogger(__name__)
@@ -171,7 +173,7 @@ class AtlasCollector(Collector):
             "Outstanding journal entries that have already failed at least once.",
             value=outstanding["retried"],
         )
-        failures = JournalEntry.objects.filter(failures__gt=0).aggregate(s=Sum("failures"))["s"]
+        failures = JournalTally.objects.filter(pk=1).values_list("failures", flat=True).first()
         yield CounterMetricFamily(
             "atlas_journal_failures",
             "Failed journal attempts: a changeset_committed hook raised, or the"

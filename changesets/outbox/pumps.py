@@ -116,7 +116,7 @@ def enqueue_pump(subscription_id: str, *, countdown: float | None = None) -> Non
 
 # A subscription is due when it is active, not parked and not waiting out a
 # backoff: its pump may be woken. SQL, not a Q, because the journal decides it
-# inside its claim-and-mark statement (changesets.outbox.journal); alias ``s``.
+# inside its claim-and-delete statement (changesets.outbox.journal); alias ``s``.
 DUE = (
     "s.active AND s.parked_seq IS NULL"
     " AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())"

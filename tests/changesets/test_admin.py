@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from changesets.models import Changeset, JournalEntry, Rpc, Subscription
 from changesets.ops import PutOp
+from changesets.outbox import journal
 from changesets.services.apply import changeset_apply
 from entities import access
 from entities.models import Entity
@@ -294,6 +295,20 @@ def test_journal_errors_are_shown(root):
     assert "committed" in page and "hook exploded" in page and "(2 failed)" in page
 
 
+def test_a_published_changeset_shows_published_though_its_entry_is_gone(root):
+    cs = put(root, (f"{NS}/order/a", {"n": 1}))
+    client = logged_in(root)
+    assert 'atlas-phase-committed">committed' in client.get(detail_url(cs)).content.decode()
+    assert journal.journal_publish(changeset_id=cs.pk) == journal.PUBLISHED
+
+    page = client.get(detail_url(cs)).content.decode()
+    assert 'atlas-phase-published">published' in page
+    assert "a published entry leaves the journal" in page
+    changelist = client.get(LIST).context["cl"]
+    row = next(c for c in changelist.result_list if c.pk == cs.pk)
+    assert changelist.model_admin.journal_label(row) == "published"
+
+
 def test_unknown_or_malformed_changeset_is_404(root):
     client = logged_in(root)
     assert client.get(f"{LIST}{uuid.uuid4()}/change/").status_code == 404
@@ -555,6 +570,9 @@ def test_journal_entries_are_listed_for_readable_changesets(root, auditor):
     response = logged_in(auditor).get("/admin/changesets/journalentry/")
     assert response.status_code == 200
     assert response.context["cl"].result_count == 1
+    journal.publish(list(JournalEntry.objects.values_list("pk", flat=True)))
+    response = logged_in(root).get("/admin/changesets/journalentry/")
+    assert response.context["cl"].result_count == 0  # published entries are gone
 
 
 def test_subscriptions_show_status_and_lag_but_never_the_secret(root, auditor):

@@ -35,13 +35,16 @@ def page_plan(user: Any, query: str = "") -> dict[str, Any]:
     return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
 
 
-@pytest.mark.parametrize("query", ["", "?phase__exact=committed", "?phase__exact=published"])
+@pytest.mark.parametrize("query", ["", "?before=25000"])
 def test_the_journal_page_is_an_index_scan_in_its_order(staff, namespace, query):
     with connection.cursor() as cursor:
+        # A backlog (published entries are deleted, so every entry is outstanding:
+        # this is the table after a long worker outage), and a few rows an older
+        # release marked published, which the page leaves out.
         seed_backlog(cursor, 50_000)
-        cursor.execute(  # most are published, as in a running deployment
+        cursor.execute(
             "UPDATE changesets_journalentry SET phase = 'published', published_at = now()"
-            " WHERE seq % 100 <> 0"
+            " WHERE seq % 1000 = 0"
         )
         cursor.execute("ANALYZE changesets_journalentry")
         cursor.execute("ANALYZE changesets_changeset")  # as autovacuum would have
@@ -49,6 +52,6 @@ def test_the_journal_page_is_an_index_scan_in_its_order(staff, namespace, query)
     plan = page_plan(staff, query)
 
     kinds = [n["Node Type"] for n in nodes(plan)]
-    assert "Sort" not in kinds and "Seq Scan" not in [
-        n["Node Type"] for n in nodes(plan) if n.get("Relation Name") == "changesets_journalentry"
-    ], kinds
+    journal_scans = [n for n in nodes(plan) if n.get("Relation Name") == "changesets_journalentry"]
+    assert "Sort" not in kinds, kinds
+    assert [n.get("Index Name") for n in journal_scans] == ["journal_pending"], journal_scans

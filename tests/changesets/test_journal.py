@@ -17,12 +17,17 @@ from django.db import connection
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
+from branches.services import branch_create
+from branches.store import BranchStore
 from changesets import tasks
-from changesets.models import JournalEntry, JournalPhase, Subscription
+from changesets.models import JournalEntry, JournalPhase, JournalTally, Rpc, Subscription
+from changesets.ops import PutOp
 from changesets.outbox import journal
 from changesets.outbox.subscriptions import subscription_create
+from changesets.services.apply import changeset_apply
 from changesets.signals import changeset_committed
 from entities.models import Namespace
+from entities.store import EntityKey
 from tests.entities.factories import NamespaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -68,6 +73,15 @@ def entry(changeset) -> JournalEntry:
     return JournalEntry.objects.get(pk=changeset.pk)
 
 
+def gone(changeset) -> bool:
+    """Published: publishing deletes the entry."""
+    return not JournalEntry.objects.filter(pk=changeset.pk).exists()
+
+
+def failures_total() -> int:
+    return JournalTally.objects.filter(pk=1).values_list("failures", flat=True).first() or 0
+
+
 def age(changeset, seconds: float) -> None:
     JournalEntry.objects.filter(pk=changeset.pk).update(
         created_at=timezone.now() - timedelta(seconds=seconds)
@@ -77,17 +91,60 @@ def age(changeset, seconds: float) -> None:
 # --- publish ---------------------------------------------------------------------------------
 
 
-def test_publish_runs_hooks_once_and_marks_the_entry(staff, namespace, write, hook, woken):
+def test_publish_runs_hooks_once_and_deletes_the_entry(staff, namespace, write, hook, woken):
     changeset = write(staff, f"{NS}/order/a", {"n": 1}).changeset
     assert entry(changeset).phase == JournalPhase.COMMITTED  # on_commit never fires here
 
     assert journal.journal_publish(changeset_id=changeset.id) == journal.PUBLISHED
+    assert gone(changeset)
     assert journal.journal_publish(changeset_id=changeset.id) == journal.ALREADY_PUBLISHED
 
     assert hook.calls == [changeset.id]
-    done = entry(changeset)
-    assert done.phase == JournalPhase.PUBLISHED and done.published_at is not None
-    assert (done.attempts, done.failures, done.last_error) == (1, 0, "")
+    assert not JournalEntry.objects.exists()
+
+
+@pytest.mark.parametrize("hooks", [False, True], ids=["no hooks", "hooks"])
+def test_a_second_publish_of_the_same_ids_changes_nothing(
+    staff, namespace, write, woken, settings, hooks
+):
+    settings.ATLAS_ALLOW_PRIVATE_WEBHOOKS = True
+    subscription_create(actor=None, name="o", url="http://127.0.0.1:9/", namespaces=[NS])
+    ids = [write(staff, f"{NS}/order/k{i}", {"n": i}).changeset.id for i in range(3)]
+    calls: list[Any] = []
+    if hooks:
+        changeset_committed.connect(
+            lambda sender, changeset, **kw: calls.append(changeset.id),
+            dispatch_uid="test-again",
+            weak=False,
+        )
+    try:
+        woken.clear()
+        first = journal.publish(ids)
+        woken_first = list(woken)
+        again = journal.publish(ids)
+    finally:
+        changeset_committed.disconnect(dispatch_uid="test-again")
+
+    assert set(first.values()) == {journal.PUBLISHED}
+    assert set(again.values()) == {journal.ALREADY_PUBLISHED}
+    assert woken == woken_first and len(woken_first) == 1, "the second run woke nothing"
+    assert calls == (ids if hooks else [])
+    assert not JournalEntry.objects.exists()
+    assert failures_total() == 0
+
+
+def test_a_branch_changeset_or_an_unknown_id_is_missing(staff, namespace, write, woken):
+    branch = branch_create(name="feature", actor=staff)
+    on_branch = changeset_apply(
+        store=BranchStore(branch),
+        actor=staff,
+        ops=[PutOp(EntityKey(NS, "order", "a"), {"n": 1})],
+        rpc=Rpc.PUT_ENTITY,
+    ).changeset
+
+    outcomes = journal.publish([on_branch.id, "0" * 32])
+
+    assert list(outcomes.values()) == [journal.MISSING, journal.MISSING]
 
 
 def test_a_failing_hook_leaves_the_entry_outstanding_and_other_hooks_still_run(
@@ -112,16 +169,41 @@ def test_a_failing_hook_leaves_the_entry_outstanding_and_other_hooks_still_run(
     assert "search index is down" in failed.last_error
     assert others == [changeset.id]
     assert woken == []  # pumps are woken only when the hooks succeeded
+    assert failures_total() == 1
 
     hook.fail = False
     assert journal.journal_publish(changeset_id=changeset.id) == journal.PUBLISHED
-    done = entry(changeset)
-    assert (done.phase, done.attempts, done.failures, done.last_error) == (
-        JournalPhase.PUBLISHED,
-        2,
-        1,
-        "",
-    )
+    assert gone(changeset)
+    assert failures_total() == 1, "the counted failure outlives the entry"
+
+
+def test_in_a_batch_the_failures_stay_with_their_errors_and_the_rest_is_deleted(
+    staff, namespace, write, woken
+):
+    ids = [write(staff, f"{NS}/order/k{i}", {"n": i}).changeset.id for i in range(4)]
+
+    def picky(sender, changeset, **kw):
+        if changeset.id in ids[1:3]:
+            raise RuntimeError(f"cannot index {changeset.id}")
+
+    changeset_committed.connect(picky, dispatch_uid="test-picky", weak=False)
+    try:
+        outcomes = journal.publish(ids)
+    finally:
+        changeset_committed.disconnect(dispatch_uid="test-picky")
+
+    assert [outcomes[i] for i in ids] == [
+        journal.PUBLISHED,
+        journal.COMMITTED,
+        journal.COMMITTED,
+        journal.PUBLISHED,
+    ]
+    left = {e.pk: e for e in JournalEntry.objects.all()}
+    assert set(left) == set(ids[1:3])
+    for changeset_id, failed in left.items():
+        assert (failed.phase, failed.attempts, failed.failures) == (JournalPhase.COMMITTED, 1, 1)
+        assert f"cannot index {changeset_id}" in failed.last_error  # each its own error
+    assert failures_total() == 2
 
 
 def test_a_failed_attempt_keeps_none_of_the_hooks_database_writes(
@@ -174,6 +256,11 @@ def test_an_unreachable_broker_leaves_the_entry_for_the_sweep(
     left = entry(changeset)
     assert left.phase == JournalPhase.COMMITTED and left.failures == 1
     assert "wake pumps" in left.last_error and "Connection refused" in left.last_error
+    assert failures_total() == 1
+
+    monkeypatch.setattr("changesets.outbox.pumps.enqueue_pump", lambda sid, countdown=None: None)
+    assert journal.journal_publish(changeset_id=changeset.id) == journal.PUBLISHED
+    assert gone(changeset) and failures_total() == 1
 
 
 def test_unknown_entry_is_missing(db):
@@ -219,7 +306,7 @@ def test_sweep_publishes_only_entries_older_than_the_age(staff, namespace, write
     result = journal.journal_sweep(older_than_seconds=60)
 
     assert result.as_dict() == {"published": 1, "failed": 0, "busy": 0}
-    assert entry(old).phase == JournalPhase.PUBLISHED
+    assert gone(old)
     assert entry(fresh).phase == JournalPhase.COMMITTED
     assert hook.calls == [old.id]
 
@@ -230,7 +317,7 @@ def test_sweep_task_uses_the_configured_age(staff, namespace, write, hook, woken
     age(changeset, 1)
 
     assert tasks.journal_sweep.delay().get() == {"published": 1, "failed": 0, "busy": 0}
-    assert entry(changeset).phase == JournalPhase.PUBLISHED
+    assert gone(changeset)
 
 
 def test_sweep_reports_failures_and_leaves_them_outstanding(staff, namespace, write, hook, woken):
@@ -242,6 +329,7 @@ def test_sweep_reports_failures_and_leaves_them_outstanding(staff, namespace, wr
 
     assert result.as_dict() == {"published": 0, "failed": 1, "busy": 0}
     assert result.left == [str(changeset.id)]
+    assert entry(changeset).failures == 1  # kept, with its error, for the next sweep
 
 
 def test_beat_schedules_both_sweeps_the_archive_retention_and_partition_upkeep():
@@ -291,7 +379,7 @@ def test_report_only_lists_outstanding_entries_and_changes_nothing(
     assert lines[str(second.id)].split()[3] == "3"  # attempts
     assert lines[str(second.id)].endswith("boom: it broke")
     assert hook.calls == []
-    assert JournalEntry.objects.filter(phase=JournalPhase.COMMITTED).count() == 2
+    assert JournalEntry.objects.count() == 2 and gone(published)
     assert entry(second).attempts == 3
 
 
@@ -302,7 +390,7 @@ def test_recover_batches_publishes_everything_outstanding(staff, namespace, writ
 
     assert "Published 5" in out
     assert sorted(hook.calls) == sorted(c.id for c in made)
-    assert not JournalEntry.objects.filter(phase=JournalPhase.COMMITTED).exists()
+    assert not JournalEntry.objects.exists()
     assert run() == "Nothing outstanding.\n"
     assert "0 outstanding journal entries" in run("--report-only")
 
@@ -356,8 +444,7 @@ def test_two_concurrent_recover_batches_runs_publish_each_entry_once(
 
     assert not errors, errors
     assert sorted(hook.calls) == sorted(c.id for c in made)  # each hook ran once
-    assert set(JournalEntry.objects.values_list("attempts", flat=True)) == {1}
-    assert not JournalEntry.objects.filter(phase=JournalPhase.COMMITTED).exists()
+    assert not JournalEntry.objects.exists()
     published = [int(re.search(r"Published (\d+)", o).group(1)) for o in outputs]
     assert sum(published) == 12
 
@@ -423,6 +510,14 @@ def test_metrics_export_log_journal_and_subscription_figures(
     write(staff, f"{NS}/order/o9", {"n": 9})
     again = client.get("/metrics", **scrape).content.decode()
     assert metric(again, "atlas_changesets_total", rpc="PutEntity", target="baseline") == 4
+
+    # The failed entry is published at last, and deleted: its failure still counts.
+    hook.fail = False
+    assert journal.journal_publish(changeset_id=oldest.pk) == journal.PUBLISHED
+    later = client.get("/metrics", **scrape).content.decode()
+    assert metric(later, "atlas_journal_failures_total") == 1
+    assert metric(later, "atlas_journal_outstanding") == 4
+    assert metric(later, "atlas_journal_outstanding_retried") == 0
 
 
 def test_metrics_still_answer_when_the_database_figures_fail(client, db, monkeypatch, settings):

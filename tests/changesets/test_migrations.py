@@ -8,6 +8,7 @@ failed on any log with revisions.
 
 from __future__ import annotations
 
+import importlib
 import io
 
 import pytest
@@ -16,12 +17,14 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from changesets import chain, rechain
-from changesets.models import Changeset, LogHead, Revision
+from changesets.models import Changeset, JournalEntry, JournalTally, LogHead, Revision
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 NS = "acme.orders"
 BEFORE_CHANGED_KEYS = [("changesets", "0012_journal_seq")]
+BEFORE_JOURNAL_GONE = [("changesets", "0025_revision_partitions")]
+JOURNAL_GONE = importlib.import_module("changesets.migrations.0026_journal_published_gone")
 
 
 def migrate(targets: list[tuple[str, str]]) -> None:
@@ -81,7 +84,7 @@ def test_changed_keys_migrate_onto_a_log_with_revisions(staff, namespace, write)
         assert cursor.fetchone()[0] == 2
 
 
-BEFORE_BYTEA = [("changesets", "0025_revision_partitions")]
+BEFORE_BYTEA = [("changesets", "0026_journal_published_gone")]
 HASH_COLUMNS = {
     ("changesets_changeset", "prev_hash"),
     ("changesets_changeset", "hash"),
@@ -162,3 +165,68 @@ def test_an_empty_log_head_becomes_null_and_the_first_write_chains_from_the_gene
     first = write(staff, f"{NS}/order/a", {"n": 1}).changeset
     assert first.prev_hash == chain.GENESIS
     assert "ok: 1 changeset(s) verified" in _verify_log()
+
+
+def journal_table() -> tuple[list[str], list[str]]:
+    """The journal table's storage parameters and index names."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'changesets_journalentry'::regclass"
+        )
+        options = cursor.fetchone()[0] or []
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'changesets_journalentry'"
+        )
+        return sorted(options), sorted(r[0] for r in cursor.fetchall())
+
+
+def test_published_journal_entries_go_in_batches_and_outstanding_ones_stay(
+    staff, namespace, write, monkeypatch
+):
+    made = [write(staff, f"{NS}/order/k{i}", {"n": i}).changeset.id for i in range(9)]
+    published, outstanding = made[:6], made[6:]
+    migrate(BEFORE_JOURNAL_GONE)  # the previous release kept every published entry
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE changesets_journalentry SET phase = 'published', published_at = now(),"
+            " attempts = 1 WHERE changeset_id = ANY(%s)",
+            [published],
+        )
+        cursor.execute(  # published after two failed attempts
+            "UPDATE changesets_journalentry SET attempts = 3, failures = 2 WHERE changeset_id = %s",
+            [published[1]],
+        )
+        cursor.execute(  # still failing
+            "UPDATE changesets_journalentry SET attempts = 1, failures = 1,"
+            " last_error = 'hook: index down' WHERE changeset_id = %s",
+            [outstanding[0]],
+        )
+    assert "journal_failed" in journal_table()[1]
+    monkeypatch.setattr(JOURNAL_GONE, "BATCH", 2)  # several batches
+
+    migrate(latest())
+
+    left = {e.pk: e for e in JournalEntry.objects.all()}
+    assert set(left) == set(outstanding)
+    failing = left[outstanding[0]]
+    assert (failing.phase, failing.failures, failing.last_error) == (
+        "committed",
+        1,
+        "hook: index down",
+    )
+    # Every failure counted so far, the deleted entries' too: the counter goes on.
+    assert JournalTally.objects.get().failures == 3
+    options, indexes = journal_table()
+    assert options == ["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=1000"]
+    assert "journal_failed" not in indexes and "journal_pending" in indexes
+
+    # Stopped halfway, a non-atomic migration runs again from the top: nothing changes.
+    with connection.schema_editor(atomic=False) as editor:
+        JOURNAL_GONE.forward(MigrationExecutor(connection).loader.project_state().apps, editor)
+    assert set(JournalEntry.objects.values_list("pk", flat=True)) == set(outstanding)
+    assert JournalTally.objects.get().failures == 3
+
+    migrate(BEFORE_JOURNAL_GONE)  # the reverse: the index and the defaults come back
+    options, indexes = journal_table()
+    assert options == [] and "journal_failed" in indexes
+    migrate(latest())

@@ -68,10 +68,10 @@ def test_without_hooks_or_subscriptions_publishing_is_one_statement_whatever_n(
     assert set(outcomes_one.values()) == set(outcomes_many.values()) == {journal.PUBLISHED}
     assert len(outcomes_many) == 40
     assert one == many
-    # One statement claims, marks and finds the due subscriptions, inside the
+    # One statement claims, deletes and finds the due subscriptions, inside the
     # savepoint the test's transaction turns the atomic block into.
     assert many == 3
-    assert not JournalEntry.objects.filter(phase=JournalPhase.COMMITTED).exists()
+    assert not JournalEntry.objects.exists()
 
 
 def test_with_a_subscription_each_batch_wakes_its_pump_once(
@@ -107,9 +107,28 @@ def test_with_hooks_the_queries_do_not_grow_with_n(staff, namespace, write, hook
 
     assert set(outcomes.values()) == {journal.PUBLISHED}
     # Each hook runs in a savepoint of its own (two statements per entry, no
-    # query); everything else is constant: claim, classify-free, one bulk update.
+    # query); everything else is constant: claim, classify-free, one delete.
     assert many - 2 * 40 == one - 2 * 1
     assert hooked[-40:] == ids
+    assert not JournalEntry.objects.exists()
+
+
+def test_with_hooks_failures_are_recorded_in_one_statement_whatever_n(staff, namespace, write):
+    def failing(sender, changeset, **kwargs):
+        raise RuntimeError(f"no index for {changeset.id}")
+
+    changeset_committed.connect(failing, dispatch_uid="test-sets-failing", weak=False)
+    try:
+        one, outcomes_one = queries_to_publish(committed(write, staff, 1))
+        many, outcomes_many = queries_to_publish(committed(write, staff, 40, start=1))
+    finally:
+        changeset_committed.disconnect(dispatch_uid="test-sets-failing")
+
+    assert set(outcomes_one.values()) == set(outcomes_many.values()) == {journal.COMMITTED}
+    # A failed entry's savepoint is three statements (SAVEPOINT, ROLLBACK TO, RELEASE);
+    # everything else is constant: claim, one UPDATE for every error, no delete.
+    assert many - 3 * 40 == one - 3 * 1
+    assert JournalEntry.objects.filter(phase=JournalPhase.COMMITTED, failures=1).count() == 41
 
 
 def test_outcomes_classify_what_was_not_claimed(staff, namespace, write):

@@ -780,7 +780,7 @@ def test_a_baseline_changeset_gets_a_committed_journal_entry(writer, namespace, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_after_commit_the_journal_entry_is_published_and_the_signal_fires_once(
+def test_after_commit_the_journal_entry_is_published_deleted_and_the_signal_fires_once(
     writer, namespace, write, publish_committed
 ):
     received = []
@@ -798,10 +798,7 @@ def test_after_commit_the_journal_entry_is_published_and_the_signal_fires_once(
         changeset_committed.disconnect(receiver)
 
     assert received == [(changeset.id, True)]
-    entry = JournalEntry.objects.get(changeset=changeset)
-    assert entry.phase == JournalPhase.PUBLISHED
-    assert entry.published_at is not None
-    assert entry.attempts == 1
+    assert not JournalEntry.objects.filter(changeset=changeset).exists()  # done: deleted
 
 
 @pytest.mark.django_db(transaction=True)

@@ -327,7 +327,7 @@ def test_a_cut_made_while_hashes_were_hex_text_verifies_after_0027_and_is_contin
     executor = MigrationExecutor(connection)
     latest = executor.loader.graph.leaf_nodes()
     try:
-        MigrationExecutor(connection).migrate([("changesets", "0025_revision_partitions")])
+        MigrationExecutor(connection).migrate([("changesets", "0026_journal_published_gone")])
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_typeof(prev_hash)::text, prev_hash FROM changesets_changeset"
