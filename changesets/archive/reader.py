@@ -23,8 +23,11 @@ CHANGESET_COLUMNS = (
     "id, seq, author_name, at, message, comment, branch, rpc, op_count, namespaces,"
     " prev_hash, hash, metadata, context, v1_hash"
 )
+# The before image rebuilt in SQL (``changesets.undo``): segments keep both whole
+# images, in jsonb's key order as the column used to give them.
 REVISION_COLUMNS = (
-    "id, changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,"
+    "id, changeset_id, seq, branch, at, namespace, kind, slug, op,"
+    " atlas_before_image(op, after, undo, undo_gone) AS before, after,"
     " before_version, after_version, changed, salt, sealed"
 )
 
