@@ -277,7 +277,7 @@ class Revision(AppendOnlyModel):
         from the row (:func:`changesets.undo.before_image`), a new dict each read."""
         given = self.__dict__.get("_before_image", _UNGIVEN)
         if given is not _UNGIVEN:
-            return given  # type: ignore[no-any-return]
+            return given
         return before_image(self.op, self.after, self.undo, self.undo_gone)
 
     @before.setter

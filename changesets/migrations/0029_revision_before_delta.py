@@ -8,9 +8,9 @@ create, the whole image for a delete, for an update the members it changed
 or removed and the names of the members it added. Still true on its own: no
 other row is read to rebuild it.
 
-1. SQL functions, each the one definition of its rule: ``atlas_undo`` and
-   ``atlas_undo_gone`` (what a row stores, from the two images: the log
-   statement, erasure and this migration call them), ``atlas_before_image``
+1. SQL functions, each the one definition of its rule: ``atlas_undo`` (what
+   a row stores, both columns, from the two images: the log statement,
+   erasure and this migration call it), ``atlas_before_image``
    (the rebuild, ``(after - undo_gone) || undo``, for raw SQL readers and
    the guard). Members are compared by their ``jsonb`` text, not by jsonb
    ``=``, which calls ``1`` and ``1.0`` equal: a member is left to ``after``
@@ -48,23 +48,25 @@ PARENT = "changesets_revision"
 CHUNK_SEQS = 20_000
 _BOUND = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
 
+# What a row stores, from the two images: both columns from one call. Set-returning
+# (one row) so that PostgreSQL inlines it into the caller's plan when it is called in
+# FROM (``CROSS JOIN LATERAL atlas_undo(before, after) u``): a scalar function with
+# subqueries is never inlined, and its call cost more than its work for a small
+# document.
 UNDO = r"""
-CREATE OR REPLACE FUNCTION atlas_undo(before jsonb, after jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN before IS NULL OR after IS NULL THEN before
-        ELSE (SELECT jsonb_object_agg(m.key, m.value) FROM jsonb_each(before) AS m
-              WHERE (after -> m.key)::text IS DISTINCT FROM m.value::text)
-    END
-$$;
-"""
-UNDO_GONE = r"""
-CREATE OR REPLACE FUNCTION atlas_undo_gone(before jsonb, after jsonb) RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN before IS NULL OR after IS NULL THEN NULL
-        ELSE (SELECT array_agg(k.name ORDER BY k.n)
-              FROM jsonb_object_keys(after) WITH ORDINALITY AS k(name, n)
-              WHERE NOT before ? k.name)
-    END
+CREATE OR REPLACE FUNCTION atlas_undo(before jsonb, after jsonb)
+RETURNS TABLE (undo jsonb, undo_gone text[])
+LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 1 AS $$
+    SELECT
+        CASE WHEN before IS NULL OR after IS NULL THEN before
+            ELSE (SELECT jsonb_object_agg(m.key, m.value) FROM jsonb_each(before) AS m
+                  WHERE (after -> m.key)::text IS DISTINCT FROM m.value::text)
+        END,
+        CASE WHEN before IS NULL OR after IS NULL THEN NULL
+            ELSE (SELECT array_agg(k.name ORDER BY k.n)
+                  FROM jsonb_object_keys(after) WITH ORDINALITY AS k(name, n)
+                  WHERE NOT before ? k.name)
+        END
 $$;
 """
 # Inlined into the statements that call it (a plain expression over the row).
@@ -79,7 +81,6 @@ $$;
 """
 DROP_FUNCTIONS = [
     "DROP FUNCTION IF EXISTS atlas_before_image(text, jsonb, jsonb, text[])",
-    "DROP FUNCTION IF EXISTS atlas_undo_gone(jsonb, jsonb)",
     "DROP FUNCTION IF EXISTS atlas_undo(jsonb, jsonb)",
 ]
 
@@ -123,16 +124,17 @@ REVISION_GUARD_0017 = (
     + _GUARD_TAIL
 )
 
-# What each column of a converted row is made from (the others are copied).
-# Forward, ``undo`` still holds the whole before image (the renamed column).
-TO_DELTA = {
-    "undo": "atlas_undo(undo, after)",
-    "undo_gone": "atlas_undo_gone(undo, after)",
-}
-TO_WHOLE = {
-    "undo": "atlas_before_image(op, after, undo, undo_gone)",
-    "undo_gone": "NULL::text[]",
-}
+# A conversion: what the copy reads beside a row ``r`` of the partition, and what each
+# converted column is made from (the others are copied). Forward, ``undo`` still holds
+# the whole before image (the renamed column).
+TO_DELTA = (
+    "CROSS JOIN LATERAL atlas_undo(r.undo, r.after) AS u",
+    {"undo": "u.undo", "undo_gone": "u.undo_gone"},
+)
+TO_WHOLE = (
+    "",
+    {"undo": "atlas_before_image(r.op, r.after, r.undo, r.undo_gone)", "undo_gone": "NULL"},
+)
 # Only updates are stored differently: a partition without one is left as it is.
 NEEDS_REWRITE = "op = 'update'"
 
@@ -163,13 +165,14 @@ def _columns(cursor) -> list[str]:
     return [row[0] for row in cursor.fetchall()]
 
 
-def _rewrite(cursor, part: tuple[str, int, int, bool], made: dict[str, str], bar) -> None:
+def _rewrite(cursor, part: tuple[str, int, int, bool], conversion, bar) -> None:
     """One partition's rows copied, converted, into a table that then takes its place."""
     name, lower, upper, _ = part
+    beside, made = conversion
     new = f"{PARENT}_n{lower:012d}"  # not the archive's _p/_x names
     columns = _columns(cursor)
     targets = ", ".join(f'"{c}"' for c in columns)
-    sources = ", ".join(made.get(c, f'"{c}"') for c in columns)
+    sources = ", ".join(made.get(c, f'r."{c}"') for c in columns)
     cursor.execute(
         f"CREATE TABLE {new} (LIKE {PARENT} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
         " INCLUDING STORAGE INCLUDING COMPRESSION)"
@@ -178,8 +181,8 @@ def _rewrite(cursor, part: tuple[str, int, int, bool], made: dict[str, str], bar
     low, high = cursor.fetchone()
     for start in range(int(low), int(high) + 1, CHUNK_SEQS):
         cursor.execute(
-            f"INSERT INTO {new} ({targets}) SELECT {sources} FROM {name}"
-            " WHERE seq >= %s AND seq < %s",
+            f"INSERT INTO {new} ({targets}) SELECT {sources} FROM {name} AS r {beside}"
+            " WHERE r.seq >= %s AND r.seq < %s",
             [start, start + CHUNK_SEQS],
         )
         bar.update(cursor.rowcount)
@@ -197,7 +200,7 @@ def _rewrite(cursor, part: tuple[str, int, int, bool], made: dict[str, str], bar
     cursor.execute(f"ALTER TABLE {name} DROP CONSTRAINT {new}_range")
 
 
-def _convert(schema_editor, made: dict[str, str], what: str) -> None:
+def _convert(schema_editor, conversion, what: str) -> None:
     with schema_editor.connection.cursor() as cursor:
         parts = _partitions(cursor)
         if not parts:
@@ -222,7 +225,7 @@ def _convert(schema_editor, made: dict[str, str], what: str) -> None:
         progress = sys.stderr.isatty()
         with tqdm(total=total, unit="revision", desc=what, disable=not progress) as bar:
             for part, _ in todo:
-                _rewrite(cursor, part, made, bar)
+                _rewrite(cursor, part, conversion, bar)
         cursor.execute(f"ANALYZE {PARENT}")
     sys.stderr.write(f"\n  {what}: {total} revision(s) in {len(todo)} partition(s)\n")
 
@@ -239,7 +242,7 @@ class Migration(migrations.Migration):
     dependencies = [("changesets", "0025_revision_partitions")]
 
     operations = [
-        migrations.RunSQL([UNDO, UNDO_GONE, BEFORE_IMAGE], DROP_FUNCTIONS),
+        migrations.RunSQL([UNDO, BEFORE_IMAGE], DROP_FUNCTIONS),
         migrations.RemoveConstraint(model_name="revision", name="revision_images_match_op"),
         migrations.RenameField(model_name="revision", old_name="before", new_name="undo"),
         migrations.AddField(

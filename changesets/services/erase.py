@@ -287,10 +287,10 @@ def _redact_revisions(
 # value that only ``after`` held (unchanged by the write) goes with ``after``, and
 # a changed member that now reads alike on both sides leaves ``undo``.
 _REDACT = (
-    "UPDATE changesets_revision r SET undo = atlas_undo(v.before, v.after),"
-    " undo_gone = atlas_undo_gone(v.before, v.after), after = v.after, salt = NULL,"
-    " sealed = v.sealed FROM jsonb_to_recordset(%s::jsonb)"
-    " AS v(id bigint, before jsonb, after jsonb, sealed jsonb) WHERE r.id = v.id"
+    "UPDATE changesets_revision r SET undo = u.undo, undo_gone = u.undo_gone, after = v.after,"
+    " salt = NULL, sealed = v.sealed FROM jsonb_to_recordset(%s::jsonb)"
+    " AS v(id bigint, before jsonb, after jsonb, sealed jsonb)"
+    " CROSS JOIN LATERAL atlas_undo(v.before, v.after) u WHERE r.id = v.id"
 )
 
 

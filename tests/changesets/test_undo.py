@@ -70,9 +70,9 @@ def sql_stored(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """What the log stores for ``before`` → ``after`` and what it rebuilds, as jsonb texts."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT b::text, a::text, atlas_undo(b, a)::text, atlas_undo_gone(b, a),"
-            " atlas_before_image('update', a, atlas_undo(b, a), atlas_undo_gone(b, a))::text"
-            " FROM (SELECT %s::jsonb AS b, %s::jsonb AS a) x",
+            "SELECT b::text, a::text, u.undo::text, u.undo_gone,"
+            " atlas_before_image('update', a, u.undo, u.undo_gone)::text"
+            " FROM (SELECT %s::jsonb AS b, %s::jsonb AS a) x CROSS JOIN LATERAL atlas_undo(b, a) u",
             [json.dumps(before), json.dumps(after)],
         )
         b, a, undo, gone, rebuilt = cursor.fetchone()
