@@ -52,15 +52,15 @@ def populate(cursor, entities: int, updates: int) -> None:
     cursor.execute(
         """
         INSERT INTO changesets_revision
-            (changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,
+            (changeset_id, seq, branch, at, namespace, kind, slug, op, undo, after,
              before_version, after_version, changed)
         SELECT (lpad(to_hex((1700000000000 + g)::bigint), 12, '0') || '7000' || '8'
                 || lpad(to_hex(%(base)s + g), 15, '0'))::uuid,
                %(base)s + g, '', to_timestamp((1700000000000 + g) / 1000.0),
                %(ns)s, 'item', 'e' || lpad((r %% %(e)s)::text, 6, '0'),
                CASE WHEN r < %(e)s THEN 'create' ELSE 'update' END,
-               CASE WHEN r < %(e)s THEN NULL
-                    ELSE jsonb_build_object('v', r / %(e)s - 1, 'payload', %(p)s) END,
+               -- the before image as stored (atlas_undo of these images, spelled out)
+               CASE WHEN r < %(e)s THEN NULL ELSE jsonb_build_object('v', r / %(e)s - 1) END,
                jsonb_build_object('v', r / %(e)s, 'payload', %(p)s),
                CASE WHEN r < %(e)s THEN NULL ELSE r / %(e)s END,
                r / %(e)s + 1,

@@ -98,14 +98,14 @@ def populate(cursor, total: int) -> float:
     cursor.execute(
         f"""
         INSERT INTO changesets_revision
-            (changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,
+            (changeset_id, seq, branch, at, namespace, kind, slug, op, undo, after,
              before_version, after_version, changed)
         SELECT {UUID_OF_G.format(g="g")},
                %(base)s + g, '', to_timestamp((1700000000000 + g) / 1000.0),
                %(ns)s, 'item', 'e' || lpad((r %% %(e)s)::text, 7, '0'),
                CASE WHEN step = 0 THEN 'create' ELSE 'update' END,
-               CASE WHEN step = 0 THEN NULL
-                    ELSE jsonb_build_object('v', step - 1, 'payload', %(p)s) END,
+               -- the before image as stored (atlas_undo of these images, spelled out)
+               CASE WHEN step = 0 THEN NULL ELSE jsonb_build_object('v', step - 1) END,
                jsonb_build_object('v', step, 'payload', %(p)s),
                CASE WHEN step = 0 THEN NULL ELSE step END,
                step + 1,

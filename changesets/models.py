@@ -8,12 +8,16 @@ does not depend on every caller going through the ORM.
 
 from __future__ import annotations
 
+from typing import Any
+
 import uuid6
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q
+
+from changesets.undo import before_image
 
 from changesets.fields import ChainHashField
 
@@ -137,12 +141,50 @@ class Changeset(AppendOnlyModel):
         return f"#{self.seq} {self.message}"
 
 
+class RevisionQuerySet(models.QuerySet["Revision"]):
+    """Revisions; ``before`` may be named in ``values()`` and ``values_list()``.
+
+    ``before`` is no column (``Revision.before``): named there, it is the image
+    rebuilt in SQL (``atlas_before_image``, migration 0029), so a caller who
+    asked for it by name keeps getting the whole image.
+    """
+
+    def values(self, *fields: Any, **expressions: Any) -> Any:
+        return models.QuerySet.values(self._with_before(fields), *fields, **expressions)
+
+    def values_list(self, *fields: Any, flat: bool = False, named: bool = False) -> Any:
+        return models.QuerySet.values_list(
+            self._with_before(fields), *fields, flat=flat, named=named
+        )
+
+    def _with_before(self, fields: tuple[Any, ...]) -> RevisionQuerySet:
+        if "before" in fields and "before" not in self.query.annotations:
+            return self.annotate(before=before_image_sql())
+        return self
+
+
+def before_image_sql() -> Func:
+    """``atlas_before_image(op, after, undo, undo_gone)``: a revision's before image in SQL."""
+    return Func(
+        F("op"),
+        F("after"),
+        F("undo"),
+        F("undo_gone"),
+        function="atlas_before_image",
+        output_field=models.JSONField(),
+    )
+
+
 class Revision(AppendOnlyModel):
     """One entity's before and after images across one changeset.
 
-    Each row is true on its own (both images), so history never depends on an
-    unbroken chain. ``seq``, ``branch`` and ``at`` are copied from the changeset
-    so history and as-of reads need no join (``verify_log`` checks the copies).
+    Each row is true on its own, so history never depends on an unbroken chain:
+    it holds ``after`` whole and, in ``undo`` and ``undo_gone``, what turns it
+    back into ``before`` (:mod:`changesets.undo`: what an update changed, the
+    whole image of a delete), never a reference to another row. ``before`` is
+    that image rebuilt. ``seq``, ``branch`` and ``at`` are copied from the
+    changeset so history and as-of reads need no join (``verify_log`` checks
+    the copies).
     """
 
     # No index of its own: revision_one_per_entity_changeset leads with it.
@@ -156,7 +198,11 @@ class Revision(AppendOnlyModel):
     kind = models.CharField(max_length=100)
     slug = models.CharField(max_length=200)
     op = models.CharField(max_length=6, choices=Op.choices)
-    before = models.JSONField(null=True)
+    # The before image as what differs from ``after`` (migration 0029,
+    # :mod:`changesets.undo`): NULL for a create, the whole image for a delete,
+    # for an update the members of before that after changed or removed (NULL
+    # when none). Read ``before``, not this.
+    undo = models.JSONField(null=True)
     after = models.JSONField(null=True)
     before_version = models.PositiveIntegerField(null=True)
     after_version = models.PositiveIntegerField(null=True)
@@ -172,6 +218,11 @@ class Revision(AppendOnlyModel):
     # (migration 0017) lets through is that one.
     salt = models.BinaryField(null=True, editable=False)
     sealed = models.JSONField(null=True, editable=False)
+    # An update's members that after has and before had not (NULL when none, and
+    # for a create or a delete): the rest of what rebuilds ``before``.
+    undo_gone = ArrayField(models.TextField(), null=True)
+
+    objects = RevisionQuerySet.as_manager()
 
     class Meta:
         ordering = ["seq", "id"]
@@ -208,11 +259,13 @@ class Revision(AppendOnlyModel):
                 fields=["changeset", "namespace", "kind", "slug", "seq"],
                 name="revision_one_per_entity_changeset",
             ),
+            # An update's undo may be NULL: it changed only by adding members, or an
+            # erasure made what it changed read alike on both sides.
             models.CheckConstraint(
                 condition=(
-                    Q(op="create", before__isnull=True, after__isnull=False)
-                    | Q(op="update", before__isnull=False, after__isnull=False)
-                    | Q(op="delete", before__isnull=False, after__isnull=True)
+                    Q(op="create", undo__isnull=True, undo_gone__isnull=True, after__isnull=False)
+                    | Q(op="update", after__isnull=False)
+                    | Q(op="delete", undo__isnull=False, undo_gone__isnull=True, after__isnull=True)
                 ),
                 name="revision_images_match_op",
             ),
@@ -220,6 +273,24 @@ class Revision(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.op} {self.namespace}/{self.kind}/{self.slug} @{self.seq}"
+
+    @property
+    def before(self) -> dict[str, Any] | None:
+        """The before image: given to the instance (built in memory), else rebuilt
+        from the row (:func:`changesets.undo.before_image`), a new dict each read."""
+        given = self.__dict__.get("_before_image", _UNGIVEN)
+        if given is not _UNGIVEN:
+            return given
+        return before_image(self.op, self.after, self.undo, self.undo_gone)
+
+    @before.setter
+    def before(self, image: dict[str, Any] | None) -> None:
+        # ``Revision(before=...)`` (Django passes a property's keyword to it): an
+        # instance the write path builds from the images it already holds.
+        self.__dict__["_before_image"] = image
+
+
+_UNGIVEN = object()
 
 
 class LogHead(models.Model):

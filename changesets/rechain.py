@@ -47,6 +47,8 @@ _CHANGESETS = (
     " prev_hash, hash, metadata, context FROM changesets_changeset WHERE seq > %s"
     " ORDER BY seq LIMIT %s"
 )
+# The revision table as it is when 0018 runs, forward or back: ``before`` is a whole
+# image until migration 0029 (a later schema never reaches this module).
 _REVISIONS = (
     "SELECT id, changeset_id, namespace, kind, slug, op, before, after, before_version,"
     " after_version, branch FROM changesets_revision WHERE changeset_id = ANY(%s)"

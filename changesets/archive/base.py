@@ -29,6 +29,11 @@ _COLUMNS = (
     "changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,"
     " before_version, after_version, changed, salt, sealed"
 )
+# The same columns read off the revision table, whose rows store the before image
+# as what differs from ``after`` (``changesets.undo``): the state keeps it whole.
+_FROM_REVISIONS = _COLUMNS.replace(
+    " before,", " atlas_before_image(op, after, undo, undo_gone) AS before,"
+)
 _TOUCHED = """
 CREATE TEMP TABLE archive_touched ON COMMIT DROP AS
     SELECT DISTINCT namespace, kind, slug FROM changesets_revision
@@ -37,7 +42,7 @@ CREATE TEMP TABLE archive_touched ON COMMIT DROP AS
 _INSERT = f"""
 INSERT INTO changesets_archivebase (revision_id, valid_from, valid_to, {_COLUMNS})
 WITH src AS (
-    SELECT id, {_COLUMNS} FROM changesets_revision
+    SELECT id, {_FROM_REVISIONS} FROM changesets_revision
     WHERE branch = '' AND seq > %(prev)s AND seq <= %(cut)s
     UNION ALL
     SELECT b.revision_id, {", ".join("b." + c.strip() for c in _COLUMNS.split(","))}

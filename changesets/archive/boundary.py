@@ -155,9 +155,10 @@ def check_unknown_changeset(changeset_id: Any, *, pointer: str | None = None) ->
         raise gone("That changeset may be archived.", cut=cut, pointer=pointer)
 
 
-# The revision columns as-of statements read, in both arms of the source.
+# The revision columns as-of statements read, in both arms of the source (no
+# before image: they read ``after``; the two tables store before differently).
 COLUMNS = (
-    "changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,"
+    "changeset_id, seq, branch, at, namespace, kind, slug, op, after,"
     " before_version, after_version, changed"
 )
 _LIVE = re.compile(r"\{live:(\w+)\}")

@@ -26,8 +26,11 @@ CHANGESET_COLUMNS = (
     " encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash, metadata, context,"
     " encode(v1_hash, 'hex') AS v1_hash"
 )
+# The before image rebuilt in SQL (``changesets.undo``): segments keep both whole
+# images, in jsonb's key order as the column used to give them.
 REVISION_COLUMNS = (
-    "id, changeset_id, seq, branch, at, namespace, kind, slug, op, before, after,"
+    "id, changeset_id, seq, branch, at, namespace, kind, slug, op,"
+    " atlas_before_image(op, after, undo, undo_gone) AS before, after,"
     " before_version, after_version, changed, salt, sealed"
 )
 

@@ -248,8 +248,9 @@ class DeletedEntity:
 # whether the key lives again now (then that delete is not its newest revision:
 # history is complete). The LIMIT sits on the walk itself, so a batch costs its
 # own size however many keys follow; the caller drops the live ones and walks on.
+# A delete stores its whole before image in ``undo`` (``changesets.undo``).
 _DELETED = """
-SELECT d.namespace, d.kind, d.slug, d.before, d.before_version, d.changeset_id,
+SELECT d.namespace, d.kind, d.slug, d.undo, d.before_version, d.changeset_id,
        c.author_name, d.at, d.seq,
        EXISTS (
            SELECT 1 FROM entities_entity e
@@ -257,7 +258,7 @@ SELECT d.namespace, d.kind, d.slug, d.before, d.before_version, d.changeset_id,
        )
 FROM (
     SELECT DISTINCT ON (namespace, kind, slug)
-           namespace, kind, slug, before, before_version, changeset_id, at, seq
+           namespace, kind, slug, undo, before_version, changeset_id, at, seq
     FROM changesets_revision
     WHERE branch = '' AND op = 'delete' {after_cut}AND {where}
     ORDER BY namespace, kind, slug, seq DESC

@@ -258,7 +258,9 @@ def _redact_revisions(
         while True:
             with connection.cursor() as cursor:
                 cursor.execute(
-                    "SELECT id, changeset_id, salt, sealed, before, after FROM changesets_revision"
+                    "SELECT id, changeset_id, salt, sealed,"
+                    " atlas_before_image(op, after, undo, undo_gone), after"
+                    " FROM changesets_revision"
                     " WHERE branch = ANY(%s) AND namespace = %s AND kind = %s AND slug = %s"
                     " AND id > %s ORDER BY id LIMIT %s",
                     [branches, key.namespace, key.kind, key.slug, after_id, CHUNK],
@@ -279,11 +281,16 @@ def _redact_revisions(
     return count
 
 
-# The one UPDATE the revision guard admits (migration 0017), under ``atlas.erasing``.
+# The one UPDATE the revision guard admits (migrations 0017, 0029), under
+# ``atlas.erasing``. The images are redacted whole (``seal_revision``); the row
+# stores the redacted before image as it stores any (``changesets.undo``), so a
+# value that only ``after`` held (unchanged by the write) goes with ``after``, and
+# a changed member that now reads alike on both sides leaves ``undo``.
 _REDACT = (
-    "UPDATE changesets_revision r SET before = v.before, after = v.after, salt = NULL,"
-    " sealed = v.sealed FROM jsonb_to_recordset(%s::jsonb)"
-    " AS v(id bigint, before jsonb, after jsonb, sealed jsonb) WHERE r.id = v.id"
+    "UPDATE changesets_revision r SET undo = u.undo, undo_gone = u.undo_gone, after = v.after,"
+    " salt = NULL, sealed = v.sealed FROM jsonb_to_recordset(%s::jsonb)"
+    " AS v(id bigint, before jsonb, after jsonb, sealed jsonb)"
+    " CROSS JOIN LATERAL atlas_undo(v.before, v.after) u WHERE r.id = v.id"
 )
 
 

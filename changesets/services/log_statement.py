@@ -66,19 +66,22 @@ _JOURNAL = (
 )
 # Rows in written order (ids follow it, and the chain digests revisions in id
 # order), zipped from one JSON document of keys, ops and versions and one per
-# image column (see _rows). ``changed`` is computed here, per row, by
-# ``atlas_changed_keys`` (migration 0013): set-based for a batch of any size.
+# image (see _rows). Computed here, per row, from the two whole images (``b``,
+# ``a``), set-based for a batch of any size: ``changed`` by
+# ``atlas_changed_keys`` (migration 0013), and the before image as it is stored
+# (``undo``, ``undo_gone``) by ``atlas_undo`` (migration 0029, ``changesets.undo``;
+# called in FROM, where PostgreSQL inlines it).
 _REVISIONS = (
     " r AS (INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
-    " kind, slug, op, before, after, before_version, after_version, changed, salt)"
+    " kind, slug, op, undo, undo_gone, after, before_version, after_version, changed, salt)"
     " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.k->>0, r.k->>1, r.k->>2,"
-    " r.k->>3, NULLIF(r.before, 'null'), NULLIF(r.after, 'null'), (r.k->>4)::int,"
-    " (r.k->>5)::int, atlas_changed_keys(NULLIF(r.before, 'null'), NULLIF(r.after, 'null')),"
-    " decode(r.k->>6, 'hex')"
-    " FROM h CROSS JOIN ROWS FROM (jsonb_array_elements(%(rows)s::jsonb),"
+    " r.k->>3, u.undo, u.undo_gone, r.a, (r.k->>4)::int, (r.k->>5)::int,"
+    " atlas_changed_keys(r.b, r.a), decode(r.k->>6, 'hex')"
+    " FROM h CROSS JOIN (SELECT k, NULLIF(before, 'null') AS b, NULLIF(after, 'null') AS a, n"
+    " FROM ROWS FROM (jsonb_array_elements(%(rows)s::jsonb),"
     " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb))"
-    " WITH ORDINALITY AS r(k, before, after, n) ORDER BY r.n"
-    " RETURNING id, changed)"
+    " WITH ORDINALITY AS i(k, before, after, n)) r CROSS JOIN LATERAL atlas_undo(r.b, r.a) u"
+    " ORDER BY r.n RETURNING id, changed)"
 )
 # The changed keys go back in written order, one JSON text, so the write's answer
 # shows what the rows hold without a second engine for the rule in Python. The

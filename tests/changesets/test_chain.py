@@ -157,7 +157,7 @@ def _tamper(rng: random.Random) -> str:
         if choice == 4:
             cursor.execute(
                 "UPDATE changesets_revision SET before_version = before_version + 1"
-                " WHERE id = (SELECT id FROM changesets_revision WHERE before IS NOT NULL"
+                " WHERE id = (SELECT id FROM changesets_revision WHERE before_version IS NOT NULL"
                 " ORDER BY random() LIMIT 1)"
             )
             return "revision version"

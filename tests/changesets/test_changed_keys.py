@@ -250,6 +250,12 @@ def test_the_migration_backfills_changed_keys_in_batches(staff, namespace, monke
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute("ALTER TABLE changesets_revision DISABLE TRIGGER revision_append_only")
         cursor.execute("UPDATE changesets_revision SET changed = '{}'")
+        # 0013 runs at its own schema, where the before image was a column (0029 stores it
+        # as what differs from after): give the table that column back for the backfill.
+        cursor.execute("ALTER TABLE changesets_revision ADD COLUMN before jsonb")
+        cursor.execute(
+            "UPDATE changesets_revision SET before = atlas_before_image(op, after, undo, undo_gone)"
+        )
         cursor.execute("ALTER TABLE changesets_revision ENABLE TRIGGER revision_append_only")
     migration = importlib.import_module("changesets.migrations.0013_revision_changed")
     monkeypatch.setattr(migration, "BATCH", 2)  # several batches for three rows

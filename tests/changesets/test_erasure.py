@@ -117,8 +117,9 @@ def spread(root, namespace, client_for, make_user):
     assert VALUE in text(export)
     assert VALUE in api.get("/api/v1/changes?capture=new_row").content.decode()
     tables = grep_database(VALUE, STREET)
+    # (Not in ``changesets_revision.undo``: the patches left the value unchanged, so
+    # their before images take it from ``after``; changesets.undo.)
     for where in (
-        "changesets_revision.before",
         "changesets_revision.after",
         "entities_entity.content",
         "branches_branchentity.content",
@@ -246,6 +247,52 @@ def test_an_erased_value_is_nowhere_and_the_log_still_verifies(spread, root):
     assert stats.erased_images == 7
 
 
+# An update's before image is stored as what differs from after (changesets.undo): a
+# value the update left alone lives only in ``after``, one it changed or removed in
+# ``undo``. Erased from either, it is gone from both images and the chain verifies.
+OTHER = "other-9c2e@example.org"
+
+
+@pytest.mark.parametrize(
+    ("second", "undo_after"),
+    [
+        ({"email": VALUE, "n": 2}, {"n": 1}),  # unchanged: only in after
+        ({"email": OTHER, "n": 1}, None),  # changed: in undo (both now read "[erased]")
+        ({"n": 1}, {"email": "[erased]"}),  # removed: only in undo
+    ],
+    ids=["unchanged", "changed", "removed"],
+)
+def test_an_update_keeps_no_trace_of_an_erased_member_wherever_its_before_held_it(
+    root, namespace, client_for, second, undo_after
+):
+    api = client_for(root)
+    assert api.put(PATH, {"content": {"email": VALUE, "n": 1}}, format="json").status_code == 201
+    written = api.put(PATH, {"content": second}, format="json")
+    assert written.status_code == 200
+    update = Revision.objects.get(changeset_id=written.json()["changeset"]["id"])
+    assert update.before == {"email": VALUE, "n": 1}
+    held = {w for w in grep_database(VALUE) if w.startswith("changesets_revision.")}
+    changed = second.get("email") != VALUE
+    assert held == {"changesets_revision.after"} | (
+        {"changesets_revision.undo"} if changed else set()
+    )
+
+    response = erase(api)
+    assert response.status_code == 200, response.content
+
+    assert grep_database(VALUE, OTHER) == []
+    update = Revision.objects.get(pk=update.pk)
+    assert update.before == {"email": "[erased]", "n": 1}
+    assert update.undo == undo_after
+    history = api.get(f"{PATH}/history").content.decode()
+    assert VALUE not in history and OTHER not in history
+    broken, _ = verify()
+    assert broken is None
+    out = io.StringIO()
+    call_command("verify_log", "--no-progress", stdout=out)
+    assert "ok:" in out.getvalue()
+
+
 def _tamper_not_erased(rng: random.Random) -> str:
     """One random edit of something the erasure did not erase."""
     from tests.changesets.test_chain import _disable_guards
@@ -259,7 +306,8 @@ def _tamper_not_erased(rng: random.Random) -> str:
             # unit is the top-level member; docs/architecture.md says so.)
             member = rng.choice(["name", "age"])
             path = "{" + member + "}"
-            side = rng.choice(["before", "after"])
+            # The before image as stored: what differs from after (changesets.undo).
+            side = rng.choice(["undo", "after"])
             cursor.execute(
                 f"UPDATE changesets_revision SET {side} = jsonb_set({side}, '{path}', '\"x\"')"
                 f" WHERE id = (SELECT id FROM changesets_revision WHERE sealed IS NOT NULL"

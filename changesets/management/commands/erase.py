@@ -26,10 +26,12 @@ from atlas.exceptions import AtlasError
 from changesets.services.erase import EraseTarget, entities_erase, parse_pointer
 from entities.store import EntityKey
 
+# A before image holds VALUE at POINTER exactly when ``undo`` or ``after`` does: a
+# member of before is either in ``undo`` or the same as after's (``changesets.undo``).
 _MATCHING = (
     "SELECT DISTINCT kind, slug FROM changesets_revision"
     " WHERE namespace = %(ns)s AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
-    " AND (before #> %(path)s::text[] = %(value)s::jsonb"
+    " AND (undo #> %(path)s::text[] = %(value)s::jsonb"
     "  OR after #> %(path)s::text[] = %(value)s::jsonb)"
     " ORDER BY kind, slug"
 )
