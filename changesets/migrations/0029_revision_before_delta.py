@@ -239,7 +239,7 @@ def backward(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("changesets", "0025_revision_partitions")]
+    dependencies = [("changesets", "0027_hashes_bytea")]
 
     operations = [
         migrations.RunSQL([UNDO, BEFORE_IMAGE], DROP_FUNCTIONS),
