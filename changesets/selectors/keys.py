@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import BigIntegerField, BooleanField, Q, QuerySet
+from django.db.models import BigIntegerField, BooleanField, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 
 from atlas.replicas import read_connection
 from changesets import pointers
 from changesets.archive import boundary
-from changesets.models import BASELINE, Revision
+from changesets.models import BASELINE, Changeset, Revision
 from changesets.selectors.log import after_cut, end_of_millisecond
 from changesets.selectors.rows import (
     AT_MICROS,
@@ -387,10 +387,15 @@ def _walk(key: EntityKey, branch: str, bound: int | None, strictly_below: bool) 
 
 def branch_holds(*, key: EntityKey, branch: str, changeset_id: Any) -> bool:
     """Whether the entity read under ``branch`` comes from the branch's overlay:
-    its last writer (``changeset_id``) is one of the branch's changesets."""
+    its last writer (``changeset_id``) is one of the branch's changesets.
+
+    The revision is sought by the changeset's seq (one primary-key seek): the
+    revision table has no index on ``changeset_id``."""
+    seq = Changeset.objects.filter(pk=changeset_id).values("seq")[:1]
     return (
         bool(branch)
         and Revision.objects.filter(
+            seq=Subquery(seq),
             changeset_id=changeset_id,
             namespace=key.namespace,
             kind=key.kind,
