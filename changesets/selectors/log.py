@@ -197,6 +197,10 @@ def changeset_list(
     else:
         qs = visible_changesets(namespaces, rare_rpc=rpc is not None and rpc not in COMMON_RPCS)
     if branch is not None:
+        # A named branch: a backward seek on ``changeset_branch_seq``, which holds
+        # branch changesets only (migration 0028). Baseline: the seq index read
+        # backwards, skipping the few branch rows (cheap while baseline is most of
+        # the log; a log mostly on branches would want the index whole again).
         qs = qs.filter(branch=branch)
     if author is not None:
         qs = qs.filter(author_name=author)
