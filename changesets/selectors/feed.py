@@ -222,7 +222,7 @@ def feed_page(
     """The baseline records after ``after_seq`` in namespaces ``namespaces`` (None = all).
 
     1. Read up to ``limit + 1`` revision rows in ``(seq, id)`` order off the
-       ``revision_seq`` index.
+       ``revision_seq_entity`` index (seq first).
     2. If row ``limit + 1`` belongs to the same changeset as row ``limit``,
        read the rest of that changeset too: pages end on changeset
        boundaries, so a page may exceed ``limit``.
