@@ -17,7 +17,8 @@ new changeset index under another name. Then the catalog work, under ACCESS
 EXCLUSIVE locks held to COMMIT but each taken for a moment: each partition's
 index becomes its constraint, the parent's constraint adopts them (nothing
 left to build), the old indexes go and the new one takes its name.
-docs/retention.md ("Migration 0028: the log's indexes") has the times.
+docs/retention.md ("Migration 0028: the log's indexes") has the times, and how
+to build the indexes beforehand CONCURRENTLY on a log too big to wait for.
 """
 
 from django.db import migrations, models
@@ -40,16 +41,29 @@ def _part_index(part) -> str:
 
 
 def build_partition_indexes(apps, schema_editor):
+    # IF NOT EXISTS: an operator may have built them beforehand CONCURRENTLY
+    # (docs/retention.md), leaving the migration the catalog work only.
     _, parts = _parts(schema_editor)
     for part in parts:
         schema_editor.execute(
-            f"CREATE UNIQUE INDEX {_part_index(part)} ON {part.name} ({COLUMNS})"
+            f"CREATE UNIQUE INDEX IF NOT EXISTS {_part_index(part)} ON {part.name} ({COLUMNS})"
         )
+
+
+def _has_constraint(schema_editor, table, name):
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname = %s",
+            [table, name],
+        )
+        return cursor.fetchone() is not None
 
 
 def make_constraint(apps, schema_editor):
     parent, parts = _parts(schema_editor)
     for part in parts:
+        if _has_constraint(schema_editor, part.name, _part_index(part)):
+            continue
         schema_editor.execute(
             f"ALTER TABLE {part.name} ADD CONSTRAINT {_part_index(part)}"
             f" UNIQUE USING INDEX {_part_index(part)}"
@@ -95,8 +109,8 @@ class Migration(migrations.Migration):
                 # The builds (SHARE locks).
                 migrations.RunPython(build_partition_indexes, migrations.RunPython.noop),
                 migrations.RunSQL(
-                    "CREATE INDEX changeset_branch_seq_new ON changesets_changeset (branch, seq)"
-                    " WHERE branch <> ''",
+                    "CREATE INDEX IF NOT EXISTS changeset_branch_seq_new"
+                    " ON changesets_changeset (branch, seq) WHERE branch <> ''",
                     "DROP INDEX changeset_branch_seq_new",
                 ),
                 # The catalog (ACCESS EXCLUSIVE, a moment each).
