@@ -27,6 +27,7 @@ from django.db.models import Q, QuerySet
 
 from branches.models import NAME_PATTERN, Branch, BranchMember
 from changesets.models import Changeset
+from changesets.selectors.feed import BASELINE_AFTER_COUNT
 from entities import access
 from entities.access import Role
 from entities.store import EntityKey, StoredEntity, load_json
@@ -371,24 +372,34 @@ def branch_diff(
     The base point is the fork until a sync moves it (``Branch.base_seq``), so
     ``behind`` is 0 right after a sync.
 
-    Two queries: the two counts (index range scans on ``(branch, seq)``), and
-    :func:`overlay_changes`. Counts and changes are limited to changesets and
-    keys in ``namespaces`` (the caller's readable set; ``None`` = all).
-    ``changes`` is one keyset page: the keys after ``after``, at most ``limit``
-    of them (``None``: all); the counts are always whole.
+    Two queries: the two counts, and :func:`overlay_changes`. ``ahead`` is a
+    range of ``changeset_branch_seq`` (branch changesets only); ``behind``, for
+    a caller who reads everything, counts index entries only
+    (:data:`~changesets.selectors.feed.BASELINE_AFTER_COUNT`), else reads the
+    changesets after the base point for their namespaces. Counts and changes
+    are limited to changesets and keys in ``namespaces`` (the caller's readable
+    set; ``None`` = all). ``changes`` is one keyset page: the keys after
+    ``after``, at most ``limit`` of them (``None``: all); the counts are always
+    whole.
     """
     ns_clause, ns_params = "", []
-    if namespaces is not None:
+    if namespaces is None:
+        behind_sql = BASELINE_AFTER_COUNT
+        behind_params: list[Any] = [branch.base_seq, branch.base_seq]
+    else:
         ns_clause = " AND c.namespaces && %s::varchar[]"
         ns_params = [list(namespaces)]
+        behind_sql = (
+            "(SELECT count(*) FROM changesets_changeset c WHERE c.branch = '' AND c.seq > %s"
+            f"{ns_clause})"
+        )
+        behind_params = [branch.base_seq, *ns_params]
     sql = (
-        "SELECT"
-        " (SELECT count(*) FROM changesets_changeset c WHERE c.branch = '' AND c.seq > %s"
-        f"{ns_clause}),"
+        f"SELECT {behind_sql},"
         f" (SELECT count(*) FROM changesets_changeset c WHERE c.branch = %s{ns_clause})"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [branch.base_seq, *ns_params, branch.name, *ns_params])
+        cursor.execute(sql, [*behind_params, branch.name, *ns_params])
         behind, ahead = cursor.fetchone()
     changes = overlay_changes(branch=branch, namespaces=namespaces, after=after, limit=limit)
     return Diff(behind=behind, ahead=ahead, changes=changes)

@@ -120,7 +120,13 @@ class Changeset(AppendOnlyModel):
         # (``changesets.selectors.timebound``): ``at`` never runs backwards in seq
         # order, so "at <= T" is a prefix of the log and one seek finds its end.
         indexes = [
-            models.Index(fields=["branch", "seq"], name="changeset_branch_seq"),
+            # Branch changesets only (issue 16, migration 0028): baseline is almost
+            # every changeset, and its newest-first pages read the seq index
+            # backwards, skipping the few branch rows (cheap while baseline
+            # dominates); a baseline write inserts nothing here.
+            models.Index(
+                fields=["branch", "seq"], condition=~Q(branch=BASELINE), name="changeset_branch_seq"
+            ),
             models.Index(fields=["author_name", "seq"], name="changeset_author_seq"),
             models.Index(fields=["at", "seq"], name="changeset_at_seq"),
             GinIndex(fields=["namespaces"], name="changeset_namespaces"),
@@ -187,7 +193,8 @@ class Revision(AppendOnlyModel):
     the copies).
     """
 
-    # No index of its own: revision_one_per_entity_changeset leads with it.
+    # No index of its own: a changeset's revisions are found by its seq
+    # (``revision_seq_entity``), which is also the table's partition key.
     changeset = models.ForeignKey(
         Changeset, on_delete=models.DO_NOTHING, related_name="revisions", db_index=False
     )
@@ -232,8 +239,6 @@ class Revision(AppendOnlyModel):
                 fields=["branch", "namespace", "kind", "slug", "-seq"],
                 name="revision_history",
             ),
-            # The change feed and "everything after seq N".
-            models.Index(fields=["seq"], name="revision_seq"),
             # As-of listings walk the keys that ever existed in key order (one
             # create row per key life), then seek each key's newest revision.
             models.Index(
@@ -250,14 +255,20 @@ class Revision(AppendOnlyModel):
             ),
         ]
         constraints = [
-            # ``seq`` is implied by the changeset; it is here because the table is
-            # range-partitioned by it (migration 0025), and every unique constraint of
-            # a partitioned table must include the partition key. For the same reason
-            # the primary key in the database is ``(id, seq)``; Django's view of it
-            # stays ``id`` (ids are unique: one identity sequence draws them all).
+            # One revision per (entity, changeset) (invariant 4): a changeset has
+            # exactly one seq, so the key per seq is the key per changeset. Led by
+            # seq, the table's partition key (migration 0025: every unique
+            # constraint of a partitioned table must include it), it is also the
+            # seq index: the change feed, "everything after seq N", archive cuts
+            # and a changeset's revisions (found by its seq, then ``changeset_id``
+            # checked) all read it (migration 0028 put it in place of
+            # ``revision_one_per_entity_changeset`` and ``revision_seq``). The
+            # primary key in the database is ``(id, seq)`` for the same reason;
+            # Django's view of it stays ``id`` (ids are unique: one identity
+            # sequence draws them all).
             models.UniqueConstraint(
-                fields=["changeset", "namespace", "kind", "slug", "seq"],
-                name="revision_one_per_entity_changeset",
+                fields=["seq", "namespace", "kind", "slug"],
+                name="revision_seq_entity",
             ),
             # An update's undo may be NULL: it changed only by adding members, or an
             # erasure made what it changed read alike on both sides.

@@ -51,8 +51,8 @@ _CHANGESETS = (
 # image until migration 0029 (a later schema never reaches this module).
 _REVISIONS = (
     "SELECT id, changeset_id, namespace, kind, slug, op, before, after, before_version,"
-    " after_version, branch FROM changesets_revision WHERE changeset_id = ANY(%s)"
-    " ORDER BY changeset_id, id"
+    " after_version, branch FROM changesets_revision"
+    " WHERE seq >= %s AND seq <= %s AND changeset_id = ANY(%s) ORDER BY changeset_id, id"
 )
 _TRIGGERS = (
     ("changesets_changeset", "changeset_append_only"),
@@ -86,7 +86,8 @@ def _chunks(cursor: Any) -> Iterator[list[tuple[Any, list[Any]]]]:
             budget += row.op_count
         for row in taken:
             row.metadata, row.context = _json(row.metadata), _json(row.context)
-        cursor.execute(_REVISIONS, [[row.id for row in taken]])
+        # By the chunk's seq range first: the revision table's seq-led index.
+        cursor.execute(_REVISIONS, [taken[0].seq, taken[-1].seq, [row.id for row in taken]])
         names = [c.name for c in cursor.description]
         by_changeset: dict[Any, list[Any]] = {row.id: [] for row in taken}
         for values in cursor.fetchall():

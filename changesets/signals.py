@@ -3,7 +3,11 @@
 ``changeset_committed`` is sent once per baseline changeset by the journal
 (:func:`changesets.outbox.journal.journal_publish`), after the write committed, with
 ``sender=JournalEntry`` and ``changeset`` (a :class:`~changesets.models.Changeset`;
-its revisions are readable). Branch changesets are not sent until merged
+its revisions are readable: find them by its seq as well as its id,
+``changeset.revisions.filter(seq=changeset.seq)``, or
+``changesets.selectors.log.revisions_of(changeset)``; the revision table is
+partitioned by seq and indexed by it, so by the id alone the read scans every
+partition). Branch changesets are not sent until merged
 (the merge is a baseline changeset).
 
 Rules for receivers:
@@ -28,7 +32,7 @@ Example::
 
     @receiver(changeset_committed, dispatch_uid="search-index")
     def reindex(sender, changeset, **kwargs):
-        for rev in changeset.revisions.all():
+        for rev in changeset.revisions.filter(seq=changeset.seq):
             search.upsert_or_delete(rev.namespace, rev.kind, rev.slug, rev.after)
 """
 

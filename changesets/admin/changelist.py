@@ -7,6 +7,9 @@
   some namespaces, a typed box: listing only the values they may see would
   walk their newest thousands of changesets on every page (235-572 ms at a
   million), and listing all would name authors of changesets they cannot see;
+  branch names come off ``changeset_branch_seq``, which holds branch changesets
+  only (baseline is asked for apart); filtering by baseline reads the seq index
+  backwards, by a branch seeks that index;
 - until: a typed day, resolved to a seq bound by one seek on ``changeset_at_seq``
   (the date hierarchy is gone: its ``MIN(at)`` under a filter walked the ``at``
   index from the oldest end).
@@ -26,7 +29,7 @@ from django.utils import timezone
 
 from atlas.admin_keyset import AFTER, BEFORE
 from atlas.admin_mixins import admin_roles, loose_index_scan, readable_namespace_choices
-from changesets.models import BASELINE
+from changesets.models import BASELINE, Changeset
 from changesets.selectors.log import seq_upto
 
 # Filter choices listed at most (the URL still filters by any value).
@@ -133,7 +136,24 @@ class BranchFilter(_DistinctFilter):
             return []
         return [(BASELINE_CHOICE, "baseline") if v == BASELINE else (v, v) for v in self.values()]
 
+    def values(self) -> list[str]:
+        # ``changeset_branch_seq`` holds branch changesets only (migration 0028), so
+        # the loose scan says ``branch <> ''``, and baseline is asked for apart: the
+        # newest baseline changeset, a step back along the seq index.
+        newest = Changeset.objects.filter(branch=BASELINE).order_by("-seq").values("seq")
+        base = [BASELINE] if newest[:1] else []
+        rows = loose_index_scan(
+            table="changesets_changeset",
+            columns=[self.column],
+            where="t.branch <> ''",
+            limit=MAX_CHOICES - len(base),
+        )
+        return base + [row[0] for row in rows]
+
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        # A named branch is a backward seek on ``changeset_branch_seq`` (branch
+        # changesets only); baseline reads the seq index backwards and skips the few
+        # branch rows: cheap while baseline is most of the log.
         value = self.value()
         if not value:
             return None

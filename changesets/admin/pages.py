@@ -26,7 +26,7 @@ from changesets.admin.diff import diff_images
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, JournalEntry, Revision
 from changesets.selectors.asof import entity_as_of
-from changesets.selectors.log import entity_has_history, entity_history
+from changesets.selectors.log import entity_has_history, entity_history, revisions_of
 from changesets.selectors.rows import HistoryRow
 from entities.models import Entity
 from entities.store import EntityKey
@@ -120,7 +120,7 @@ def changeset_detail(model_admin: ModelAdmin, request: HttpRequest, object_id: s
     """The changeset, its journal status, and its ops (readable namespaces only) with diffs."""
     changeset = visible_changeset(model_admin, request, object_id)
     readable = admin_roles(request).readable()
-    ops = Revision.objects.filter(changeset=changeset).order_by("id")
+    ops = revisions_of(changeset).order_by("id")
     if readable is not None:
         ops = ops.filter(namespace__in=readable)
     page = Paginator(ops, OPS_PER_PAGE).get_page(request.GET.get("page"))

@@ -34,8 +34,9 @@ from changesets.admin.pages import (
     visible_changeset,
 )
 from changesets.exceptions import RevertConflict
-from changesets.models import BASELINE, Changeset, Revision
+from changesets.models import BASELINE, Changeset
 from changesets.ops import canonical
+from changesets.selectors.log import revisions_of
 from changesets.services.revert import changeset_revert
 from entities.store import EntityKey, baseline
 
@@ -146,9 +147,7 @@ def _render_preview(
     model_admin: ModelAdmin, request: HttpRequest, changeset: Changeset, comment: str = ""
 ) -> HttpResponse:
     preview = _dry_run(request, changeset)
-    revisions = {
-        revision_key(r): r for r in Revision.objects.filter(changeset=changeset).order_by("id")
-    }
+    revisions = {revision_key(r): r for r in revisions_of(changeset).order_by("id")}
     inverse = []
     for op in preview.ops:
         key = EntityKey(op["namespace"], op["kind"], op["slug"])

@@ -23,7 +23,8 @@ from atlas.api.provenance import request_context
 from atlas.api.render import rfc3339
 from atlas.api.representations import ChangesetSerializer, changeset_repr
 from atlas.api.viewsets import ViewSet
-from changesets.models import Changeset, Erasure, Revision
+from changesets.models import Changeset, Erasure
+from changesets.selectors.log import revisions_of
 from changesets.services.erase import MSG_POINTER, EraseTarget, entities_erase
 from entities import access
 from entities.store import EntityKey
@@ -89,7 +90,7 @@ def erasure_repr(erasure: Erasure) -> dict[str, Any]:
 def _changeset(changeset: Changeset | None) -> dict[str, Any] | None:
     if changeset is None:
         return None
-    return changeset_repr(changeset, Revision.objects.filter(changeset=changeset).order_by("id"))
+    return changeset_repr(changeset, revisions_of(changeset).order_by("id"))
 
 
 # ``POST /erase``: erase values at pointers everywhere Atlas holds them.

@@ -76,10 +76,13 @@ def pairs(first_seq: int, last_seq: int) -> Iterator[tuple[SimpleNamespace, list
                 budget += row.op_count
             for row in taken:
                 row.metadata, row.context = _json(row.metadata), _json(row.context)
+            # By the chunk's seq range (the partition key, and the lead of
+            # ``revision_seq_entity``), then the ids: one or two partitions' range.
             cursor.execute(
                 f"SELECT {REVISION_COLUMNS} FROM changesets_revision"
-                " WHERE changeset_id = ANY(%s) ORDER BY changeset_id, id",
-                [[row.id for row in taken]],
+                " WHERE seq >= %s AND seq <= %s AND changeset_id = ANY(%s)"
+                " ORDER BY changeset_id, id",
+                [taken[0].seq, taken[-1].seq, [row.id for row in taken]],
             )
             by_changeset: dict[Any, list[SimpleNamespace]] = {row.id: [] for row in taken}
             for revision in revision_rows(cursor):

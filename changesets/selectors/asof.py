@@ -118,12 +118,16 @@ def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> C
 
 # ``as_of_time`` for a caller who reads only some namespaces, in one statement:
 # ``b`` is the time's seq boundary (one seek on ``changeset_at_seq``); ``near``
-# reads the newest ``window`` baseline changesets at or before it off
-# ``changeset_branch_seq``, where a caller reading anything busy finds one. Only
+# reads the newest ``window`` baseline changesets at or before it, walking the seq
+# index back from there (skipping the few branch changesets: ``changeset_branch_seq``
+# holds only those), where a caller reading anything busy finds one. Only
 # when none of those is visible (and there were more) does the second arm run
 # (COALESCE evaluates it lazily): the caller's namespaces on the GIN index,
 # older than the window. ``seq + 0`` keeps the planner from answering that arm
-# with a backward walk over everything the caller cannot see.
+# with a backward walk over everything the caller cannot see, or from ANDing the
+# posting list with the seq index's range below the window (a bitmap of half the
+# log at half its depth: without ``changeset_branch_seq`` over baseline, migration
+# 0028, the narrower seq index made that look cheap).
 _AS_OF_TIME_SCOPED = """
 WITH b AS MATERIALIZED (
     SELECT seq FROM changesets_changeset
@@ -137,7 +141,7 @@ SELECT * FROM changesets_changeset WHERE seq = COALESCE(
     (SELECT seq FROM changesets_changeset
      WHERE (SELECT count(*) FROM near) = %(window)s
        AND branch = '' AND namespaces && %(ns)s::varchar(200)[]
-       AND seq < (SELECT min(seq) FROM near)
+       AND seq + 0 < (SELECT min(seq) FROM near)
      ORDER BY seq + 0 DESC LIMIT 1)
 )
 """

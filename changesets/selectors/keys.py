@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import BigIntegerField, BooleanField, Q, QuerySet
+from django.db.models import BigIntegerField, BooleanField, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 
 from atlas.replicas import read_connection
 from changesets import pointers
 from changesets.archive import boundary
-from changesets.models import BASELINE, Revision
+from changesets.models import BASELINE, Changeset, Revision
 from changesets.selectors.log import after_cut, end_of_millisecond
 from changesets.selectors.rows import (
     AT_MICROS,
@@ -101,9 +101,10 @@ def namespace_revisions(
     """Revisions of one namespace on ``branch``, newest first (seq, then id), after
     the position ``after`` ((seq, id) of the last row of the previous page).
 
-    Without a key, the rows come off the ``revision_seq`` or ``revision_history``
-    index, whichever the planner judges cheaper for the namespace's share of the
-    log: either way the page reads in proportion to that share, not to the log.
+    Without a key, the rows come off the ``revision_seq_entity`` (seq first) or
+    ``revision_history`` index, whichever the planner judges cheaper for the
+    namespace's share of the log: either way the page reads in proportion to that
+    share, not to the log.
     With one, :func:`_key_revisions`. Rows, not model instances
     (:mod:`changesets.selectors.rows`).
     """
@@ -138,8 +139,8 @@ def _key_revisions(
     page is full):
 
     1. The walk: the newest ``KEY_WINDOW`` revisions of the log below the page's
-       start, newest first off ``revision_seq``, the namespace and the key rule
-       tested on each row. A key changed often fills the page here; a miss costs
+       start, newest first off ``revision_seq_entity``, the namespace and the key
+       rule tested on each row. A key changed often fills the page here; a miss costs
        the window.
     2. Everything older, if the key has fewer than ``KEY_PROBE`` matches there
        (counted up to that many): the key's posting list in the GIN index
@@ -156,7 +157,7 @@ def _key_revisions(
     What is left: a key with more than ``KEY_PROBE`` matches, all of them old,
     is walked back to (docs/history.md).
     Tried and dropped: arms over growing ranges of seq between the two, ANDing
-    the posting list with ``revision_seq``: the planner ANDed a 66,000-entry
+    the posting list with the seq index: the planner ANDed a 66,000-entry
     range into a 5-row posting list. The changeset's columns are joined to the
     page's rows only.
     """
@@ -187,8 +188,8 @@ def _key_revisions(
     if floor := boundary.floor():
         conds.append((f"{_T}.seq + 0 > %s", [floor]))
     # The walk's lower bound: the seq of the KEY_WINDOW-th newest revision below
-    # the page's start (an index-only count back along ``revision_seq``), so the
-    # walk covers that many revisions however many a changeset holds.
+    # the page's start (an index-only count back along ``revision_seq_entity``), so
+    # the walk covers that many revisions however many a changeset holds.
     below = "" if after is None else f"WHERE {_T}.seq <= %s"
     low = (
         f"COALESCE((SELECT {_T}.seq FROM {_T} {below} ORDER BY {_T}.seq DESC"
@@ -206,6 +207,25 @@ def _key_revisions(
         )
         args.extend([p for _, ps in parts for p in ps] + low_params + [limit])
 
+    def add_walk(parts: list[tuple[str, list[Any]]], bound: str) -> None:
+        # The walk as an ordered stream: the seq index read newest first in a
+        # subquery (OFFSET 0 keeps the tests out of it), the tests on each row above
+        # it, the first ``limit`` kept, with no ORDER BY there (the subquery's order
+        # is the page's, ids sorted within each seq as they stream). So the planner
+        # plans the scan for a page's worth of rows and it stops at the page. With
+        # the tests inside the scan it expected almost no matches, so the whole
+        # range, and read the range as a bitmap of ``revision_seq_entity`` and a sort
+        # (that index is wider than the ``(seq)`` one it replaced in migration 0028,
+        # whose walk was costed cheaper): the whole window, or below it, the log.
+        # An ORDER BY here would plan the subquery for every row again and sort
+        # what passed the tests after reading them all.
+        arms.append(
+            f"(SELECT {_T}.id, {_T}.changeset_id, {_T}.seq FROM (SELECT * FROM {_T}"
+            f" WHERE {bound} ORDER BY {_T}.seq DESC, {_T}.id DESC OFFSET 0) {_T}"
+            f" WHERE {' AND '.join(c for c, _ in parts)} LIMIT %s)"
+        )
+        args.extend(low_params + [p for _, ps in parts for p in ps] + [limit])
+
     # The walk spells branch and namespace so that no index matches them: the
     # planner, expecting few matches, otherwise read the window out of
     # ``revision_history``, i.e. every entry of the namespace (its seq is not a
@@ -218,7 +238,7 @@ def _key_revisions(
     ]
     if after is not None:
         walk.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
-    add(walk, f"{_T}.seq > {low}", f"{_T}.seq")
+    add_walk(walk, f"{_T}.seq > {low}")
     # Below the window: the key's posting list if it holds fewer than
     # KEY_PROBE matches there (counted up to that many, only if the walk came up
     # short), else the walk goes on. Ordered by ``seq + 0`` so that no index
@@ -231,7 +251,7 @@ def _key_revisions(
     )
     probe_args = [p for _, ps in older for p in ps] + low_params
     add(older, f"{_T}.seq + 0 <= {low} AND (SELECT n FROM probe) < {KEY_PROBE:d}", f"{_T}.seq + 0")
-    add(walk, f"{_T}.seq <= {low} AND (SELECT n FROM probe) >= {KEY_PROBE:d}", f"{_T}.seq")
+    add_walk(walk, f"{_T}.seq <= {low} AND (SELECT n FROM probe) >= {KEY_PROBE:d}")
     sql = (
         f"WITH probe AS MATERIALIZED ({probe}),"
         f" page AS (SELECT * FROM ({' UNION ALL '.join(arms)}) arms LIMIT %s)"
@@ -387,10 +407,15 @@ def _walk(key: EntityKey, branch: str, bound: int | None, strictly_below: bool) 
 
 def branch_holds(*, key: EntityKey, branch: str, changeset_id: Any) -> bool:
     """Whether the entity read under ``branch`` comes from the branch's overlay:
-    its last writer (``changeset_id``) is one of the branch's changesets."""
+    its last writer (``changeset_id``) is one of the branch's changesets.
+
+    The revision is sought by the changeset's seq (one primary-key seek): the
+    revision table has no index on ``changeset_id``."""
+    seq = Changeset.objects.filter(pk=changeset_id).values("seq")[:1]
     return (
         bool(branch)
         and Revision.objects.filter(
+            seq=Subquery(seq),
             changeset_id=changeset_id,
             namespace=key.namespace,
             kind=key.kind,

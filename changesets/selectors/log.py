@@ -139,10 +139,21 @@ def sees_every_namespace(changeset: Changeset, namespaces: Sequence[str] | None)
     return namespaces is None or set(changeset.namespaces) <= set(namespaces)
 
 
+def revisions_of(changeset: Changeset) -> QuerySet[Revision]:
+    """A changeset's revisions, found by its seq (then its id checked).
+
+    The revision table is partitioned by ``seq`` and its one index for a
+    changeset's rows is ``revision_seq_entity`` (``seq`` first, migration 0028):
+    by ``changeset_id`` alone a read would scan every partition. A changeset has
+    exactly one seq, which its revisions copy (``verify_log`` checks the copy).
+    """
+    return Revision.objects.filter(seq=changeset.seq, changeset_id=changeset.id)
+
+
 def _visible_revisions(
-    changeset_id: Any, namespaces: Sequence[str] | None, *, sees_all: bool
+    changeset: Changeset, namespaces: Sequence[str] | None, *, sees_all: bool
 ) -> QuerySet[Revision]:
-    qs = Revision.objects.filter(changeset_id=changeset_id)
+    qs = revisions_of(changeset)
     if not sees_all and namespaces is not None:
         qs = qs.filter(namespace__in=list(namespaces))
     return qs
@@ -186,6 +197,10 @@ def changeset_list(
     else:
         qs = visible_changesets(namespaces, rare_rpc=rpc is not None and rpc not in COMMON_RPCS)
     if branch is not None:
+        # A named branch: a backward seek on ``changeset_branch_seq``, which holds
+        # branch changesets only (migration 0028). Baseline: the seq index read
+        # backwards, skipping the few branch rows (cheap while baseline is most of
+        # the log; a log mostly on branches would want the index whole again).
         qs = qs.filter(branch=branch)
     if author is not None:
         qs = qs.filter(author_name=author)
@@ -232,7 +247,7 @@ def changeset_ops(
     Only the columns an op shows are read; the JSON images stay on disk.
     """
     qs = _visible_revisions(
-        changeset.id, namespaces, sees_all=sees_every_namespace(changeset, namespaces)
+        changeset, namespaces, sees_all=sees_every_namespace(changeset, namespaces)
     )
     if after_id is not None:
         qs = qs.filter(id__gt=after_id)
@@ -245,20 +260,24 @@ def visible_op_counts(
     """Per changeset id, how many of its ops the caller may read (one query at most).
 
     A changeset the caller reads whole counts ``op_count`` without a query;
-    the others count their readable revisions off the
-    ``revision_one_per_entity_changeset`` index, in one grouped statement.
+    the others count their readable revisions off the ``revision_seq_entity``
+    index (by their seqs: :func:`revisions_of`), in one grouped statement.
     """
     counts: dict[Any, int] = {}
-    partial: list[Any] = []
+    partial: list[Changeset] = []
     for changeset in changesets:
         if sees_every_namespace(changeset, namespaces):
             counts[changeset.id] = changeset.op_count
         else:
-            partial.append(changeset.id)
+            partial.append(changeset)
             counts[changeset.id] = 0
     if partial and namespaces is not None:
         rows = (
-            Revision.objects.filter(changeset_id__in=partial, namespace__in=list(namespaces))
+            Revision.objects.filter(
+                seq__in=[c.seq for c in partial],
+                changeset_id__in=[c.id for c in partial],
+                namespace__in=list(namespaces),
+            )
             .values("changeset_id")
             .annotate(n=Count("id"))
             .values_list("changeset_id", "n")
@@ -274,24 +293,26 @@ def first_ops(
 
     One statement for the whole page: a ``LATERAL`` subquery per changeset
     with its own ``LIMIT``, so a page of changesets costs at most ``limit``
-    rows each to return, however many ops they hold.
+    rows each to return, however many ops they hold. Each finds its rows by
+    the changeset's seq (:func:`revisions_of`): one partition, one index range.
     """
     out: dict[Any, list[Revision]] = {c.id: [] for c in changesets}
     if not changesets:
         return out
-    whole = [c.id for c in changesets if sees_every_namespace(c, namespaces)]
-    partial = [c.id for c in changesets if not sees_every_namespace(c, namespaces)]
     table = Revision._meta.db_table
     columns = ", ".join(f"r.{name}" for name in OP_FIELDS)
     sql = (
-        f"SELECT {columns} FROM unnest(%s::uuid[], %s::boolean[]) AS c(id, whole)"
+        f"SELECT {columns} FROM unnest(%s::uuid[], %s::int8[], %s::boolean[])"
+        " AS c(id, seq, whole)"
         f" CROSS JOIN LATERAL (SELECT {columns} FROM {table} r"
-        " WHERE r.changeset_id = c.id AND (c.whole OR r.namespace = ANY(%s::text[]))"
+        " WHERE r.seq = c.seq AND r.changeset_id = c.id"
+        " AND (c.whole OR r.namespace = ANY(%s::text[]))"
         " ORDER BY r.id LIMIT %s) r ORDER BY r.id"
     )
     params = [
-        whole + partial,
-        [True] * len(whole) + [False] * len(partial),
+        [c.id for c in changesets],
+        [c.seq for c in changesets],
+        [sees_every_namespace(c, namespaces) for c in changesets],
         list(namespaces or []),
         limit,
     ]
@@ -310,7 +331,7 @@ def changeset_revisions(
     """The revision rows (images included) the caller may read, in op order;
     a page of ``limit`` after revision ``after_id``, or all of them."""
     qs = _visible_revisions(
-        changeset.id, namespaces, sees_all=sees_every_namespace(changeset, namespaces)
+        changeset, namespaces, sees_all=sees_every_namespace(changeset, namespaces)
     )
     if after_id is not None:
         qs = qs.filter(id__gt=after_id)

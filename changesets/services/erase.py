@@ -232,16 +232,20 @@ def _plan(
 
 
 def _branches() -> list[str]:
-    """Every branch name in the log: a loose index scan of ``changeset_branch_seq``."""
+    """Baseline and every branch name in the log: the branches by a loose index scan of
+    ``changeset_branch_seq``, which holds branch changesets only (each seek says
+    ``branch <> ''`` so that the planner may use it)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH RECURSIVE b(name) AS ("
-            " (SELECT branch FROM changesets_changeset ORDER BY branch LIMIT 1)"
+            " (SELECT branch FROM changesets_changeset WHERE branch <> ''"
+            "  ORDER BY branch LIMIT 1)"
             " UNION ALL SELECT (SELECT c.branch FROM changesets_changeset c"
-            "  WHERE c.branch > b.name ORDER BY c.branch LIMIT 1) FROM b WHERE b.name IS NOT NULL)"
+            "  WHERE c.branch > b.name AND c.branch <> '' ORDER BY c.branch LIMIT 1)"
+            " FROM b WHERE b.name IS NOT NULL)"
             " SELECT name FROM b WHERE name IS NOT NULL"
         )
-        return [row[0] for row in cursor.fetchall()]
+        return [BASELINE, *(row[0] for row in cursor.fetchall())]
 
 
 def _redact_revisions(

@@ -14,6 +14,7 @@ from changesets.exceptions import RevertConflict
 from changesets.merge3 import Granularity, merge3
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
+from changesets.selectors.log import revisions_of
 from changesets.services.apply import PlannedResult, changeset_apply_planned
 from entities import access
 from entities.store import EntityKey, EntityStore, StoredEntity
@@ -104,7 +105,7 @@ def changeset_revert(
     """
     if changeset is None:
         changeset = revert_target(actor=actor, changeset_id=str(changeset_id))
-    revisions = list(Revision.objects.filter(changeset=changeset).order_by("-id"))
+    revisions = list(revisions_of(changeset).order_by("-id"))
     if only is not None:
         revisions = _only(revisions, only)
     keys = [_key(r) for r in revisions]

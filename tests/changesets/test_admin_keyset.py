@@ -215,3 +215,30 @@ def test_a_scoped_namespace_filter_shows_exactly_that_namespace_and_only_on_the_
     hidden = Changeset.objects.get(namespaces=[SECRET])
     # The namespace parameter narrows the changelist only: never a detail page's scope.
     assert client.get(f"{LIST}{hidden.pk}/change/", {"namespace": NS}).status_code == 404
+
+
+def test_branch_filter_lists_baseline_and_branches_and_pages_each(root, small_pages):
+    """``changeset_branch_seq`` holds branch changesets only (migration 0028): the
+    choices still name baseline and every branch, and each filter pages completely."""
+    from branches.services import branch_create
+    from branches.store import BranchStore
+    from changesets.ops import PutOp
+    from changesets.services.apply import changeset_apply
+    from tests.changesets.test_admin import key
+
+    stores = [BranchStore(branch_create(name=n, actor=root)) for n in ("feature", "hotfix")]
+    made: dict[str, list[int]] = {"": [], "feature": [], "hotfix": []}
+    for n in range(14):
+        if n % 3 == 2:
+            ops = [PutOp(key(f"{NS}/order/b{n}"), {"n": n})]
+            cs = changeset_apply(store=stores[n % 2], actor=root, ops=ops, rpc=Rpc.PUT_ENTITY)
+            made[cs.changeset.branch].append(cs.changeset.seq)
+        else:
+            made[""].append(put(root, (f"{NS}/order/k{n}", {"n": n})).seq)
+    client = logged_in(root)
+    page = client.get(LIST).content.decode()
+    for choice in ("?branch=~baseline", "?branch=feature", "?branch=hotfix"):
+        assert choice in page
+    for name, value in (("", "~baseline"), ("feature", "feature"), ("hotfix", "hotfix")):
+        pages = walk(client, LIST, {"branch": value})
+        assert [c.seq for p in pages for c in p] == made[name][::-1], name

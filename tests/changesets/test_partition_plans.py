@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from bench import scale_populate as pop
 from changesets import partitions
 from changesets.selectors.feed import cursor_encode
-from tests.changesets.partition_helpers import layout
+from tests.changesets.partition_helpers import layout, parent_index
 from tests.changesets.test_time_seek import analyze, nodes
 
 pytestmark = pytest.mark.django_db
@@ -97,3 +97,77 @@ def test_the_feed_page_reads_by_index_and_prunes_to_the_cursor(log, client_for, 
         ]
         low = [p.name for p in partitions.partitions() if p.last_seq < since]
         assert not set(executed) & set(low), (scanned, low)
+
+
+def _partition_of(seq: int) -> str:
+    return next(p.name for p in partitions.partitions() if p.lower <= seq < p.upper)
+
+
+def _executed_scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scans that ran (a partition pruned at run time shows as never executed)."""
+    return [
+        n
+        for n in nodes(plan)
+        if "Relation Name" in n and "Scan" in n["Node Type"] and n.get("Actual Loops", 1) > 0
+    ]
+
+
+def test_a_changesets_revisions_are_one_seek_in_its_own_partition(log, client_for, make_user):
+    """Its detail, its revisions page and a list page's ops: by the changeset's seq
+    (``revision_seq_entity``, migration 0028), so the one partition that holds it is
+    read, by index, and every other is pruned. (By ``changeset_id`` alone, with no
+    index on it, each would be a scan of every partition.)"""
+    with connection.cursor() as cursor:
+        # A batch in the middle of the log, in a partition of its own among ten.
+        cursor.execute(
+            "SELECT c.id, c.seq FROM changesets_changeset c WHERE c.branch = ''"
+            " AND %s = ANY(c.namespaces) AND c.seq BETWEEN %s AND %s"
+            " ORDER BY c.op_count DESC, c.seq LIMIT 1",
+            [pop.BUSY_NS, ROWS // 2, ROWS // 2 + WIDTH // 2],
+        )
+        changeset_id, seq = cursor.fetchone()
+    home = _partition_of(seq)
+    client = client_for(make_user("root", superuser=True))
+    scoped = client_for(make_user("rita", reader=[pop.BUSY_NS, pop.MID_NS]))
+    pages = [
+        (client, f"/api/v1/changesets/{changeset_id}"),
+        (client, f"/api/v1/changesets/{changeset_id}/revisions"),
+        (client, f"/api/v1/changesets/{changeset_id}/export"),
+        (scoped, f"/api/v1/changesets/{changeset_id}"),  # counts its readable ops too
+    ]
+    for who, url in pages:
+        statements = _revision_statements(lambda w=who, u=url: w.get(u))
+        assert statements, url
+        for sql in statements:
+            plan = analyze(sql)
+            scans = _executed_scans(plan)
+            assert [n["Relation Name"] for n in scans] == [home], (url, sql)
+            assert [parent_index(n.get("Index Name", "")) for n in scans] == [
+                "revision_seq_entity"
+            ], (url, scans)
+            _assert_index_reads(plan, page=101)
+
+
+def test_a_list_pages_ops_read_only_the_partitions_of_its_changesets(log, client_for, make_user):
+    """Each changeset's first ops (a LATERAL subquery per changeset) and the scoped
+    reader's op counts: pruned to the page's partitions, at run time for the LATERAL."""
+    for who in (make_user("root", superuser=True), make_user("rita", reader=[pop.MID_NS])):
+        client = client_for(who)
+        # The second page: the newest changeset sits alone in the partition ahead of
+        # the head, where one row is cheapest read without an index.
+        token = client.get("/api/v1/changesets?page_size=20").json()["next_page_token"]
+        url = f"/api/v1/changesets?page_size=20&page_token={token}"
+        statements = _revision_statements(lambda c=client, u=url: c.get(u))
+        assert statements
+        for sql in statements:
+            plan = analyze(sql)
+            scans = _executed_scans(plan)
+            assert scans, sql
+            assert {parent_index(n["Index Name"]) for n in scans} == {"revision_seq_entity"}, scans
+            # The page's changesets are among the newest: one or two partitions of ten.
+            # (The others' scans are planned, a Seq Scan for the empty ones ahead of the
+            # head, and never executed.)
+            assert len({n["Relation Name"] for n in scans}) <= 2, scans
+            for node in scans:
+                removed = node.get("Rows Removed by Filter", 0) * node.get("Actual Loops", 1)
+                assert removed <= 100, node

@@ -16,7 +16,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 
@@ -180,6 +180,52 @@ def test_the_migration_moves_a_populated_table_onto_partitions(staff, namespace,
     # The id sequence goes on past the moved rows.
     assert write(staff, f"{NS}/order/new", {"n": 1}).changeset.seq == 32
     assert Revision.objects.order_by("-id").first().id > max(r[0] for r in rows)
+
+
+def _partition_indexes(name: str) -> dict[str, bool]:
+    """Each of partition ``name``'s indexes, by the parent index it belongs to: unique?"""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_partition_root(i.indexrelid)::regclass::text, i.indisunique"
+            " FROM pg_index i WHERE i.indrelid = to_regclass(%s)",
+            [name],
+        )
+        return dict(cursor.fetchall())
+
+
+@pytest.mark.django_db
+def test_a_new_partition_gets_the_seq_entity_constraint_and_not_the_indexes_it_replaced(
+    staff, namespace, write, settings
+):
+    """Migration 0028: ``revision_seq_entity`` in place of ``revision_seq`` and
+    ``revision_one_per_entity_changeset``, on partitions made before it (the
+    migration's) and on every one upkeep attaches after it."""
+    settings.ATLAS_LOG_PARTITION_SEQS = 3
+    settings.ATLAS_LOG_PARTITIONS_AHEAD = 1
+    shape = _shape()
+    assert "revision_seq_entity" in shape["constraints"]
+    assert "revision_seq" not in shape["indexes"]
+    assert "revision_one_per_entity_changeset" not in shape["constraints"]
+    layout([(0, 3)])
+    made = partitions.ensure_covering(3, 6)
+    assert [p.lower for p in made] == [3]
+    parent = set(shape["indexes"])
+    for part in partitions.partitions():
+        found = _partition_indexes(part.name)
+        assert set(found) == parent, part.name  # one of each, no more
+        assert found["revision_seq_entity"] is True
+    # Invariant 4 on the new partition: a second row for the entity at that seq is refused.
+    for n in range(4):
+        write(staff, f"{NS}/order/a", {"n": n})  # seq 4 lands in the new partition
+    refused = pytest.raises(IntegrityError, match="unique constraint")
+    with refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
+            " kind, slug, op, before, after, before_version, after_version, changed)"
+            " SELECT changeset_id, seq, branch, at, namespace, kind, slug, op, before,"
+            " after, before_version, after_version, changed FROM changesets_revision"
+            " WHERE seq = 4"
+        )
 
 
 @pytest.mark.django_db

@@ -54,6 +54,13 @@ def shape(plan: dict[str, Any]) -> list[tuple[str, str]]:
     return [(n["Node Type"], n.get("Index Name", "")) for n in nodes(plan)]
 
 
+def backward(plan: dict[str, Any], index: str) -> bool:
+    """Whether the plan reads ``index`` newest first."""
+    return any(
+        n.get("Index Name") == index and n.get("Scan Direction") == "Backward" for n in nodes(plan)
+    )
+
+
 def brute(namespaces: list[str] | None, **filters: Any) -> list[int]:
     qs = Changeset.objects.filter(**filters)
     if namespaces is not None:
@@ -81,6 +88,28 @@ def test_a_rare_rpc_filter_is_a_seek_on_its_partial_index(log):
             # Never ANDed with a GIN bitmap of every readable changeset.
             assert "changeset_namespaces" not in indexes(plan), (extra, shape(plan))
             assert_seek(plan, most=200)
+
+
+def test_a_branch_filter_seeks_its_partial_index_and_baseline_walks_the_seq_index(log):
+    """``changeset_branch_seq`` holds branch changesets only (migration 0028): a named
+    branch's page is a backward seek there; baseline's (98% of this log) reads the seq
+    index backwards and skips the branch rows it meets, a page and a few more."""
+    for namespaces in READERS:
+        for branch in (pop.BRANCH, ""):
+            rows, sql = only_sql(
+                lambda ns=namespaces, b=branch: changeset_list(namespaces=ns, branch=b, limit=51)
+            )
+            assert [r.seq for r in rows] == brute(namespaces, branch=branch), branch
+            plan = analyze(sql)
+            if branch:
+                assert "changeset_branch_seq" in indexes(plan), shape(plan)
+            else:
+                assert len(rows) == 51
+                assert indexes(plan) == {"changesets_changeset_seq_key"}, shape(plan)
+                assert backward(plan, "changesets_changeset_seq_key"), shape(plan)
+                assert "Sort" not in [n["Node Type"] for n in nodes(plan)], shape(plan)
+            # The scoped reader's 3% of the log: ~1,700 rows for a page, never the log.
+            assert_seek(plan, most=100 if namespaces is None else 3_000)
 
 
 def test_a_scoped_namespace_filter_plans_like_the_superusers(log):
@@ -130,6 +159,7 @@ ADMIN_QUERIES = [
     f"?rpc__exact={pop.RARE_RPC}",
     f"?author={pop.TINY_AUTHOR}",
     f"?branch={pop.BRANCH}",
+    "?branch=~baseline",  # the seq index backwards (changeset_branch_seq is branches only)
     "?until=2024-01-08",  # an old day: one seek, then the seq index from there
     f"?namespace={pop.MID_NS}&author={pop.BUSY_AUTHOR}",  # no sort for the scoped reader
     f"?namespace={pop.MID_NS}&rpc__exact={pop.RARE_RPC}",
@@ -148,11 +178,38 @@ def test_admin_changelist_pages_are_seeks(log, staff, scoped, who):
         if "rpc__exact" in query:  # a rare rpc drives from its index, scoped or not
             assert "changeset_rare_rpc" in indexes(plan), (query, shape(plan))
             assert "changeset_namespaces" not in indexes(plan), (query, shape(plan))
+        if query == f"?branch={pop.BRANCH}":
+            assert "changeset_branch_seq" in indexes(plan), (query, shape(plan))
+        if query == "?branch=~baseline":
+            assert "changeset_branch_seq" not in indexes(plan), (query, shape(plan))
+            assert backward(plan, "changesets_changeset_seq_key"), (query, shape(plan))
         # Busy filters read the seq index backwards and discard what does not
         # match: bounded by the filters' share, not by the log. The rarest here,
         # a 3% namespace by a 37% author (1.1%), reads ~4,600 rows for a page of
         # 51; a walk of the log would read all 60,000.
         assert_seek(plan, most=6_000)
+
+
+def test_admin_branch_choices_are_seeks_on_the_branch_index(log, staff):
+    """The superuser's branch filter lists baseline and the branches: a loose index scan
+    of ``changeset_branch_seq`` (branch changesets only), never a walk of the log."""
+    request = RequestFactory().get("/admin/changesets/changeset/")
+    request.user = staff
+    request.resolver_match = resolve("/admin/changesets/changeset/")
+    with CaptureQueriesContext(connection) as queries:
+        changelist = admin.site._registry[Changeset].get_changelist_instance(request)
+    [branch_filter] = [
+        f for f in changelist.filter_specs if getattr(f, "parameter_name", "") == "branch"
+    ]
+    choices = [c["display"] for c in branch_filter.choices(changelist)][1:]  # (after "All")
+    expected = sorted(set(Changeset.objects.exclude(branch="").values_list("branch", flat=True)))
+    assert choices == ["baseline", *expected]
+    reads = [q["sql"] for q in queries.captured_queries if "branch" in q["sql"]]
+    assert reads, [q["sql"] for q in queries.captured_queries]
+    for sql in reads:
+        plan = analyze(sql)
+        assert_seek(plan, most=200)
+        assert "Sort" not in [n["Node Type"] for n in nodes(plan)], shape(plan)
 
 
 def test_admin_search_by_a_busy_slug_reads_a_bounded_number_of_entries(log, monkeypatch):
@@ -234,7 +291,7 @@ def test_a_key_filtered_revisions_page_walks_the_window_then_reads_the_keys_own_
         assert "revision_history" not in indexes(plan), (key, shape(plan))
         for node in found:
             index = parent_index(node["Index Name"]) if "Index Name" in node else ""
-            if index == "revision_seq" and "Scan" in node["Node Type"]:
+            if index == "revision_seq_entity" and "Scan" in node["Node Type"]:
                 # The walk: the window's revisions at most (the bound's own count
                 # back along the index is an index-only scan of as many entries).
                 assert node.get("Rows Removed by Filter", 0) <= keys.KEY_WINDOW + 1, node

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from atlas.exceptions import (
@@ -393,6 +393,31 @@ def test_batch_touching_a_key_twice_folds_into_one_revision(writer, namespace, w
         after_version=2,
     )
     assert result.changeset.op_count == 2
+
+
+def test_the_database_refuses_a_second_revision_of_an_entity_in_one_changeset(
+    writer, namespace, write
+):
+    """Invariant 4 in PostgreSQL too: ``revision_seq_entity``, unique per seq and key (a
+    changeset has exactly one seq), whatever writes the row."""
+    write(writer, f"{NS}/order/a", {"n": 1})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = 'changesets_revision'::regclass AND conname = 'revision_seq_entity'"
+        )
+        assert cursor.fetchall() == [("UNIQUE (seq, namespace, kind, slug)",)]
+    copy = (
+        "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace, kind, slug,"
+        " op, before, after, before_version, after_version, changed)"
+        " SELECT changeset_id, seq, branch, at, namespace, kind, {slug}, op, before, after,"
+        " before_version, after_version, changed FROM changesets_revision WHERE slug = 'a'"
+    )
+    refused = pytest.raises(IntegrityError, match="unique constraint")
+    with refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(copy.format(slug="slug"))
+    with transaction.atomic(), connection.cursor() as cursor:  # another key at that seq is fine
+        cursor.execute(copy.format(slug="'b'"))
 
 
 def test_create_then_update_in_one_batch_is_one_create(writer, namespace):

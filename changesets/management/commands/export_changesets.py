@@ -16,7 +16,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from changesets import ndjson
-from changesets.models import BASELINE, Changeset, Revision
+from changesets.models import BASELINE, Changeset
+from changesets.selectors.log import revisions_of
 
 
 class Command(BaseCommand):
@@ -55,7 +56,7 @@ class Command(BaseCommand):
             total=total, unit="changeset", disable=options["no_progress"], file=self.stderr
         ) as bar:
             for changeset in qs.iterator(chunk_size=200):
-                revisions = list(Revision.objects.filter(changeset=changeset).order_by("id"))
+                revisions = list(revisions_of(changeset).order_by("id"))
                 path = out / f"{changeset.seq:012d}-{changeset.id}.ndjson"
                 with path.open("w", encoding="utf-8") as handle:
                     handle.writelines(ndjson.export_lines(changeset, revisions))

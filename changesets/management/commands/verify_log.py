@@ -40,7 +40,11 @@ def _pairs(bar: tqdm, after: int = 0) -> Iterator[tuple[Changeset, list[Revision
         chunk = list(Changeset.objects.filter(seq__gt=after).order_by("seq")[:CHUNK])
         if not chunk:
             return
-        revisions = Revision.objects.filter(changeset__in=chunk).order_by("changeset_id", "id")
+        # By the chunk's seqs (the revision table's partition key and index lead): a
+        # revision whose seq was moved out of them leaves its changeset a row short.
+        revisions = Revision.objects.filter(
+            seq__gte=chunk[0].seq, seq__lte=chunk[-1].seq, changeset__in=chunk
+        ).order_by("changeset_id", "id")
         by_changeset = {k: list(g) for k, g in groupby(revisions, key=lambda r: r.changeset_id)}
         for changeset in chunk:
             yield changeset, by_changeset.get(changeset.id, [])
