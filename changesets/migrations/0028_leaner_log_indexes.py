@@ -80,7 +80,7 @@ def drop_constraint(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("changesets", "0025_revision_partitions")]
+    dependencies = [("changesets", "0027_hashes_bytea")]
 
     operations = [
         migrations.SeparateDatabaseAndState(

@@ -239,7 +239,7 @@ def backward(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("changesets", "0027_hashes_bytea")]
+    dependencies = [("changesets", "0028_leaner_log_indexes")]
 
     operations = [
         migrations.RunSQL([UNDO, BEFORE_IMAGE], DROP_FUNCTIONS),

@@ -338,7 +338,7 @@ def test_the_migration_converts_a_populated_log_and_back(staff, namespace, write
         monkeypatch.setattr(importlib.import_module(MIGRATION), "CHUNK_SEQS", 2)
 
         executor = MigrationExecutor(connection)
-        executor.migrate([("changesets", "0027_hashes_bytea")])
+        executor.migrate([("changesets", "0028_leaner_log_indexes")])
         assert _images() == images  # whole images again, byte for byte
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM changesets_revision WHERE before IS NULL")
