@@ -17,9 +17,8 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Func, Q
 
-from changesets.undo import before_image
-
 from changesets.fields import ChainHashField
+from changesets.undo import before_image
 
 BASELINE = ""
 # The rpcs of day-to-day writes: most of any log. Every other rpc (reverts,
