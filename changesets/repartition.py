@@ -81,15 +81,20 @@ def _shape(cursor: Any) -> Shape:
 
 
 def _key_columns(definition: str, *, partitioned: bool) -> str:
-    """A PRIMARY KEY / UNIQUE definition with ``seq`` added (partitioned) or taken out."""
+    """A PRIMARY KEY / UNIQUE definition with ``seq`` added (partitioned) or taken out.
+
+    Only a trailing ``seq`` is one this move added and takes out again; a key that
+    leads with it (``revision_seq_entity``, migration 0028) means it, and keeps it.
+    """
     match = re.match(r"^(PRIMARY KEY|UNIQUE) \((.*)\)(.*)$", definition)
     if match is None:
         return definition
     kind, columns, rest = match.groups()
     names = [c.strip() for c in columns.split(",")]
-    names = [c for c in names if c != "seq"]
-    if partitioned:
+    if partitioned and "seq" not in names:
         names.append("seq")
+    elif not partitioned and len(names) > 1 and names[-1] == "seq":
+        names.pop()
     return f"{kind} ({', '.join(names)}){rest}"
 
 

@@ -221,8 +221,8 @@ def test_a_new_partition_gets_the_seq_entity_constraint_and_not_the_indexes_it_r
     with refused, transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace,"
-            " kind, slug, op, before, after, before_version, after_version, changed)"
-            " SELECT changeset_id, seq, branch, at, namespace, kind, slug, op, before,"
+            " kind, slug, op, undo, undo_gone, after, before_version, after_version, changed)"
+            " SELECT changeset_id, seq, branch, at, namespace, kind, slug, op, undo, undo_gone,"
             " after, before_version, after_version, changed FROM changesets_revision"
             " WHERE seq = 4"
         )

@@ -409,9 +409,9 @@ def test_the_database_refuses_a_second_revision_of_an_entity_in_one_changeset(
         assert cursor.fetchall() == [("UNIQUE (seq, namespace, kind, slug)",)]
     copy = (
         "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace, kind, slug,"
-        " op, before, after, before_version, after_version, changed)"
-        " SELECT changeset_id, seq, branch, at, namespace, kind, {slug}, op, before, after,"
-        " before_version, after_version, changed FROM changesets_revision WHERE slug = 'a'"
+        " op, undo, undo_gone, after, before_version, after_version, changed)"
+        " SELECT changeset_id, seq, branch, at, namespace, kind, {slug}, op, undo, undo_gone,"
+        " after, before_version, after_version, changed FROM changesets_revision WHERE slug = 'a'"
     )
     refused = pytest.raises(IntegrityError, match="unique constraint")
     with refused, transaction.atomic(), connection.cursor() as cursor:
