@@ -241,6 +241,11 @@ def _report(args: argparse.Namespace, m: dict[str, Any], seconds: dict[str, floa
         cols = [[name, f"{size:.1f}"] for name, size in entry["columns"] if size]
         lines.append(table(["column", "bytes"], cols) if cols else "(no rows kept)")
     for relation in TABLES:
+        if not m[relation]["rows"]:  # (sizes are then the bytes left, not bytes per row)
+            left = sum(size for _, size in m[relation]["indexes"])
+            lines += ["", f"**{relation} indexes**: the table holds no rows; its indexes"
+                      f" keep {left / 1024:,.0f} KiB of pages for the next ones."]  # fmt: skip
+            continue
         lines += ["", f"**{relation} indexes** (bytes per row of the table):", ""]
         idx = [[name, f"{size:.1f}"] for name, size in m[relation]["indexes"]]
         lines.append(table(["index", "bytes"], idx) if idx else "(none)")
