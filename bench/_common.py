@@ -318,8 +318,10 @@ def drop_secondary(cursor, table: str) -> list[str]:
         cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
     for name, _definition in indexes:
         cursor.execute(f'DROP INDEX "{name}"')
-    # Unique constraints first (their indexes), foreign keys last (they validate).
-    recreate = [definition for _name, definition in indexes]
+    # Unique constraints first (their indexes), foreign keys last (they validate). On a
+    # partitioned table pg_get_indexdef says ``ON ONLY``, which would build the parent's
+    # index alone (invalid, and no partition indexed): the load wants every partition's.
+    recreate = [definition.replace(" ON ONLY ", " ON ", 1) for _name, definition in indexes]
     recreate += [
         f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}'
         for name, definition, kind in sorted(constraints, key=lambda c: c[2] == "f")
