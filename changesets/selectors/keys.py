@@ -120,12 +120,15 @@ def namespace_revisions(
 
 
 # How many revisions below a key-filtered page's start its newest-first walk
-# covers before the rest of the page comes off the key's posting list
-# (_key_revisions).
+# covers before the key's posting list is counted (_key_revisions).
 KEY_WINDOW = 3000
-# Below the window, a key with fewer matches than this is read off its posting
-# list (one heap fetch a match); one with more is walked for (it is common).
+# How many of the key's matches below the walk the posting list is read for:
+# fewer than this, and they are the rest of the page's candidates.
 KEY_PROBE = 20_000
+# Each rung of the ladder walks and probes this many times as far as the last.
+KEY_STEP = 10
+# Rungs of (walk, probe) before the last walk, which goes on until the page is full.
+KEY_RUNGS = 3
 # The key rule spelled so that no index matches it: the walk tests it row by
 # row, and must not trade the walk for the key's whole posting list.
 _KEY_TEST = f"({_KEY_RULE}) IS TRUE"
@@ -136,38 +139,42 @@ def _key_revisions(
 ) -> list[HistoryRow]:
     """A key-filtered page in one statement of arms, each run only if those
     before it came up short (``Limit`` over ``Append`` stops pulling once the
-    page is full):
+    page is full). A GIN index cannot return a key's rows newest first, so the
+    page alternates, rung by rung, between the two ways of finding them:
 
-    1. The walk: the newest ``KEY_WINDOW`` revisions of the log below the page's
-       start, newest first off ``revision_seq_entity``, the namespace and the key
-       rule tested on each row. A key changed often fills the page here; a miss costs
-       the window.
-    2. Everything older, if the key has fewer than ``KEY_PROBE`` matches there
-       (counted up to that many): the key's posting list in the GIN index
-       ``revision_changed_keys`` alone, top-N sorted. The key's terms name
-       branch and namespace, so this arm leaves those columns out, and its seq
-       bound is spelled ``seq + 0``: either would only AND in a bitmap of half
-       the log.
-    3. Otherwise the walk goes on below the window: the key is common, only
-       quiet lately (a burst of writes elsewhere), so its page is near.
+    - a **walk**: the log's revisions newest first off ``revision_seq_entity``,
+      the namespace and the key rule tested on each row, over ``KEY_WINDOW``
+      revisions below the page's start, then ``KEY_STEP`` times as many below
+      that, and so on. A key changed often fills the page here.
+    - a **probe**: the key's matches below the walk so far, off its posting list
+      in ``revision_changed_keys``, at most ``KEY_PROBE`` (times ``KEY_STEP``
+      per rung) of them. Fewer than that, and they are all there is: the page is
+      their newest, and no later arm runs.
 
-    A GIN index cannot return rows newest first, and the planner, taking a key's
-    matches to be spread evenly, used to walk the whole namespace back for a key
-    last changed long ago (4.5 s at a million revisions, bench/keys_blame_diff.py).
-    What is left: a key with more than ``KEY_PROBE`` matches, all of them old,
-    is walked back to (docs/history.md).
-    Tried and dropped: arms over growing ranges of seq between the two, ANDing
-    the posting list with the seq index: the planner ANDed a 66,000-entry
-    range into a 5-row posting list. The changeset's columns are joined to the
-    page's rows only.
+    So a page costs a constant times the cheaper of the two ways: the rows
+    between its start and its matches, or the key's matches below its start
+    (the last rung's walk alone is unbounded: a key with more than
+    ``KEY_PROBE * KEY_STEP ** (KEY_RUNGS - 1)`` matches, none of them within
+    ``KEY_WINDOW * (1 + KEY_STEP + ...)`` revisions of the page's start).
+    Before the ladder, a key with more than ``KEY_PROBE`` matches below the
+    window, all of them old, was walked back to: 33.6 s at 10M revisions for a
+    key set by creates only (bench/keys_blame_diff.py, docs/history.md).
+
+    Each rung's bound (``low_k``, the seq of the revision that many rows down,
+    counted index-only along ``revision_seq_entity``), each probe's candidates
+    and whether the ladder goes on (``open_k``) are materialized once; ``CASE``
+    keeps a probe from running unless every probe before it came up full. The
+    probe's columns are spelled ``seq + 0`` and leave branch and namespace out
+    (the key's terms name both): either would only AND in a bitmap of half the
+    log. The changeset's columns are joined to the page's rows only, and the
+    page is materialized first: inlined, the planner (costing the probes it
+    cannot see through at millions) joined the changesets by a sequential scan
+    per row, 2.6 s at 10M revisions for a page it had found in 148 ms.
     """
     assert where.key
     rule = [branch, where.namespace, where.key]
-    # (condition, its parameters). The first two only in the walk (see above).
-    conds: list[tuple[str, list[Any]]] = [
-        (f"{_T}.branch = %s", [branch]),
-        (f"{_T}.namespace = %s", [where.namespace]),
-    ]
+    # (condition, its parameters): what every arm tests besides the key rule.
+    conds: list[tuple[str, list[Any]]] = []
     if where.kind is not None:
         conds.append((f"{_T}.kind = %s", [where.kind]))
     if where.author is not None:
@@ -187,27 +194,30 @@ def _key_revisions(
         conds.append((f"{_T}.at <= %s", [end_of_millisecond(where.until)]))
     if floor := boundary.floor():
         conds.append((f"{_T}.seq + 0 > %s", [floor]))
-    # The walk's lower bound: the seq of the KEY_WINDOW-th newest revision below
-    # the page's start (an index-only count back along ``revision_seq_entity``), so
-    # the walk covers that many revisions however many a changeset holds.
-    below = "" if after is None else f"WHERE {_T}.seq <= %s"
-    low = (
-        f"COALESCE((SELECT {_T}.seq FROM {_T} {below} ORDER BY {_T}.seq DESC"
-        f" OFFSET {KEY_WINDOW:d} LIMIT 1), 0)"
-    )
-    low_params = [] if after is None else [after[0]]
-    picked = f"SELECT {_T}.id, {_T}.changeset_id, {_T}.seq FROM {_T} WHERE "
+    ctes: list[str] = []
     arms: list[str] = []
-    args: list[Any] = []
+    cte_args: list[Any] = []
+    arm_args: list[Any] = []
 
-    def add(parts: list[tuple[str, list[Any]]], bound: str, order: str) -> None:
-        arms.append(
-            f"({picked}{' AND '.join([c for c, _ in parts] + [bound])}"
-            f" ORDER BY {order} DESC, {_T}.id DESC LIMIT %s)"
-        )
-        args.extend([p for _, ps in parts for p in ps] + low_params + [limit])
+    def sql_of(parts: list[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
+        return " AND ".join(c for c, _ in parts), [p for _, ps in parts for p in ps]
 
-    def add_walk(parts: list[tuple[str, list[Any]]], bound: str) -> None:
+    # The walk spells branch and namespace so that no index matches them: the
+    # planner, expecting few matches, otherwise read the range out of
+    # ``revision_history``, i.e. every entry of the namespace (its seq is not a
+    # leading column there): a cost that grows with the namespace.
+    walk_tests = [
+        (f"{_T}.branch || '' = %s", [branch]),
+        (f"{_T}.namespace || '' = %s", [where.namespace]),
+        *conds,
+        (_KEY_TEST, rule),
+    ]
+    probe_tests = [(_KEY_RULE, rule), *conds]
+    if after is not None:
+        walk_tests.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
+        probe_tests.append((f"({_T}.seq + 0, {_T}.id) < (%s, %s)", list(after)))
+
+    def walk(bound: str, gate: str) -> None:
         # The walk as an ordered stream: the seq index read newest first in a
         # subquery (OFFSET 0 keeps the tests out of it), the tests on each row above
         # it, the first ``limit`` kept, with no ORDER BY there (the subquery's order
@@ -216,52 +226,62 @@ def _key_revisions(
         # the tests inside the scan it expected almost no matches, so the whole
         # range, and read the range as a bitmap of ``revision_seq_entity`` and a sort
         # (that index is wider than the ``(seq)`` one it replaced in migration 0028,
-        # whose walk was costed cheaper): the whole window, or below it, the log.
-        # An ORDER BY here would plan the subquery for every row again and sort
-        # what passed the tests after reading them all.
+        # whose walk was costed cheaper). An ORDER BY here would plan the subquery
+        # for every row again and sort what passed the tests after reading them all.
+        tests, params = sql_of(walk_tests)
         arms.append(
-            f"(SELECT {_T}.id, {_T}.changeset_id, {_T}.seq FROM (SELECT * FROM {_T}"
-            f" WHERE {bound} ORDER BY {_T}.seq DESC, {_T}.id DESC OFFSET 0) {_T}"
-            f" WHERE {' AND '.join(c for c, _ in parts)} LIMIT %s)"
+            f"(SELECT {_T}.id, {_T}.seq FROM (SELECT * FROM {_T} WHERE {bound}"
+            f" ORDER BY {_T}.seq DESC, {_T}.id DESC OFFSET 0) {_T}"
+            f" WHERE {gate}{tests} LIMIT %s)"
         )
-        args.extend(low_params + [p for _, ps in parts for p in ps] + [limit])
+        arm_args.extend([*params, limit])
 
-    # The walk spells branch and namespace so that no index matches them: the
-    # planner, expecting few matches, otherwise read the window out of
-    # ``revision_history``, i.e. every entry of the namespace (its seq is not a
-    # leading column there): a cost that grows with the namespace.
-    walk = [
-        (f"{_T}.branch || '' = %s", [branch]),
-        (f"{_T}.namespace || '' = %s", [where.namespace]),
-        *conds[2:],
-        (_KEY_TEST, rule),
-    ]
-    if after is not None:
-        walk.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
-    add_walk(walk, f"{_T}.seq > {low}")
-    # Below the window: the key's posting list if it holds fewer than
-    # KEY_PROBE matches there (counted up to that many, only if the walk came up
-    # short), else the walk goes on. Ordered by ``seq + 0`` so that no index
-    # gives the posting list's arm its order (the planner would walk instead).
-    older = [(_KEY_RULE, rule), *conds[2:]]
-    probe = (
-        f"SELECT count(*) AS n FROM (SELECT 1 FROM {_T} WHERE"
-        f" {' AND '.join([c for c, _ in older] + [f'{_T}.seq + 0 <= {low}'])}"
-        f" LIMIT {KEY_PROBE:d}) matches"
+    # low_0: the seq of the KEY_WINDOW-th newest revision below the page's start.
+    start = "" if after is None else f"WHERE {_T}.seq <= %s"
+    ctes.append(
+        f"low_0 AS MATERIALIZED (SELECT COALESCE((SELECT {_T}.seq FROM {_T} {start}"
+        f" ORDER BY {_T}.seq DESC OFFSET {KEY_WINDOW:d} LIMIT 1), 0) AS s)"
     )
-    probe_args = [p for _, ps in older for p in ps] + low_params
-    add(older, f"{_T}.seq + 0 <= {low} AND (SELECT n FROM probe) < {KEY_PROBE:d}", f"{_T}.seq + 0")
-    add_walk(walk, f"{_T}.seq <= {low} AND (SELECT n FROM probe) >= {KEY_PROBE:d}")
+    cte_args.extend([] if after is None else [after[0]])
+    walk(f"{_T}.seq > (SELECT s FROM low_0)", "")
+    tests, params = sql_of(probe_tests)
+    for k in range(1, KEY_RUNGS + 1):
+        cap = KEY_PROBE * KEY_STEP ** (k - 1)
+        # The key's matches below the walk so far, at most ``cap``; ``open_k``:
+        # every probe so far came up full, so the ladder goes on.
+        went_on = "true" if k == 1 else f"(SELECT ok FROM open_{k - 1})"
+        ctes.append(
+            f"cand_{k} AS MATERIALIZED (SELECT {_T}.id, {_T}.seq FROM {_T}"
+            f" WHERE {tests} AND {_T}.seq + 0 <= (SELECT s FROM low_{k - 1})"
+            f" LIMIT {cap:d})"
+        )
+        ctes.append(
+            f"open_{k} AS MATERIALIZED (SELECT CASE WHEN {went_on} THEN"
+            f" (SELECT count(*) FROM cand_{k}) >= {cap:d} ELSE false END AS ok)"
+        )
+        cte_args.extend(params)
+        arms.append(
+            f"(SELECT id, seq FROM cand_{k} WHERE {went_on} AND NOT (SELECT ok FROM open_{k})"
+            f" ORDER BY seq DESC, id DESC LIMIT %s)"
+        )
+        arm_args.append(limit)
+        below = f"{_T}.seq <= (SELECT s FROM low_{k - 1})"
+        if k < KEY_RUNGS:
+            rows = KEY_WINDOW * KEY_STEP**k
+            ctes.append(
+                f"low_{k} AS MATERIALIZED (SELECT COALESCE((SELECT {_T}.seq FROM {_T}"
+                f" WHERE {below} ORDER BY {_T}.seq DESC OFFSET {rows:d} LIMIT 1), 0) AS s)"
+            )
+            below += f" AND {_T}.seq > (SELECT s FROM low_{k})"
+        walk(below, f"(SELECT ok FROM open_{k}) AND ")
     sql = (
-        f"WITH probe AS MATERIALIZED ({probe}),"
-        f" page AS (SELECT * FROM ({' UNION ALL '.join(arms)}) arms LIMIT %s)"
+        f"WITH {', '.join(ctes)},"
+        f" page AS MATERIALIZED (SELECT * FROM ({' UNION ALL '.join(arms)}) arms LIMIT %s)"
         f" {SELECT_ROWS} JOIN page ON page.id = {_T}.id AND page.seq = {_T}.seq"
         f" ORDER BY {_T}.seq DESC, {_T}.id DESC"
     )
-    args[:0] = probe_args
-    args.append(limit)
     with read_connection().cursor() as cursor:
-        cursor.execute(sql, args)
+        cursor.execute(sql, [*cte_args, *arm_args, limit])
         return [row_of(r) for r in cursor.fetchall()]
 
 
