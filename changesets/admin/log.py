@@ -381,6 +381,14 @@ class JournalEntryAdmin(KeysetAdminMixin, NamespaceScopedAdmin):
         upgrade are done work, and ``journal_pending`` holds only these)."""
         return super().get_queryset(request).filter(phase=JournalPhase.COMMITTED)
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # Django's "Select journal entry to view" reads as if published entries were
+        # here too; an empty page is the healthy one.
+        title = {"title": "Journal entries still to publish"}
+        return super().changelist_view(request, {**title, **(extra_context or {})})
+
     @admin.display(description="changeset")
     def changeset_link(self, obj: JournalEntry) -> str:
         return format_html(

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from changesets.models import Changeset, Rpc
+from changesets.models import Changeset, JournalEntry, Rpc
 from changesets.ops import DeleteOp, PutOp
+from changesets.outbox.journal import publish
 from changesets.services.apply import changeset_apply
 from entities.models import Entity
 from entities.store import EntityKey, baseline
@@ -169,3 +170,35 @@ def test_a_reader_browses_but_gets_no_revert_button(live_server, page):
     listing = page.inner_text("#result_list")
     assert "acme.customers" not in listing
     assert page.locator("#result_list tbody tr").count() == 2
+
+
+def test_the_journal_page_lists_what_is_still_owed(live_server, page, screenshot):
+    # Publishing deletes an entry (migration 0026): the page lists outstanding work
+    # only, with its attempts and last error, and a changeset's page says which.
+    data = seed()
+    target = data["target"]
+    # No worker runs here: every entry is outstanding. Publish all but the target's
+    # and one other, and give the target's a history of failures.
+    entries = JournalEntry.objects.order_by("seq")
+    assert entries.count() == 4
+    kept = entries.first()
+    publish(
+        [e.changeset_id for e in entries if e.changeset_id not in (target.id, kept.changeset_id)]
+    )
+    JournalEntry.objects.filter(changeset=target).update(
+        attempts=3, failures=3, last_error="OperationalError: the broker refused the connection"
+    )
+    base = live_server.url
+    log_in(page, base, "demo")
+    page.goto(f"{base}/admin/changesets/journalentry/")
+    assert page.inner_text("#content h1") == "Journal entries still to publish"
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 2
+    newest = rows.first.inner_text()
+    assert f"#{target.seq}" in newest and "broker refused" in newest
+    assert f"#{kept.seq}" in rows.nth(1).inner_text()
+    screenshot("journal")
+    rows.first.locator("a", has_text=f"#{target.seq}").click()
+    page.wait_for_selector("#journal-status")
+    status = page.inner_text("#journal-status")
+    assert "committed" in status and "3 failed" in status and "broker refused" in status
