@@ -40,6 +40,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
 from changesets import chainv1
@@ -62,7 +63,19 @@ def new_salt() -> bytes:
 
 # One encoder, built once: ``json.dumps`` with options builds a new one per call,
 # which is most of a member digest's cost. Same output as ``_canonical``.
-_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _encode(value: Any) -> str:
+    """``_canonical(value)`` as text. Strings and integers, most members' values,
+    skip the encoder's generic path (an integer through it costs seven times its
+    ``repr``); the output is the encoder's own (``tests/changesets/test_chain_encoding.py``)."""
+    kind = type(value)
+    if kind is str:
+        return _encode_string(value)
+    if kind is int:
+        return int.__repr__(value)
+    return _encoder(value)
 
 
 def member_key(salt: bytes, side: str, name: str) -> bytes:
@@ -73,6 +86,20 @@ def member_key(salt: bytes, side: str, name: str) -> bytes:
     of these per top-level member of each image.
     """
     return hashlib.blake2b(f"{side}\0{name}".encode(), key=salt, digest_size=32).digest()
+
+
+def _member_keys(salt: bytes) -> Callable[[str, str], bytes]:
+    """:func:`member_key` for one salt, for an image's many members: the keyed
+    state is set up once and copied (a copy costs three quarters of a fresh keyed
+    hash, which processes a whole block for the key)."""
+    keyed = hashlib.blake2b(key=salt, digest_size=32)
+
+    def key(side: str, name: str) -> bytes:
+        state = keyed.copy()
+        state.update(f"{side}\0{name}".encode())
+        return state.digest()
+
+    return key
 
 
 def member_digest(key: bytes, value: Any) -> str:
@@ -96,6 +123,7 @@ def image_digests(
     if image is None:
         return None
     seal = (sealed or {}).get(side) or {}
+    key = _member_keys(salt) if salt is not None else None
     out: dict[str, str] = {}
     for name, value in image.items():
         entry = seal.get(name)
@@ -106,8 +134,8 @@ def image_digests(
                 if isinstance(kept, str)
                 else member_digest(bytes.fromhex(entry.get("k", "")), value)
             )
-        elif salt is not None:
-            out[name] = member_digest(member_key(salt, side, name), value)
+        elif key is not None:
+            out[name] = member_digest(key(side, name), value)
         else:
             out[name] = ""
     return out
