@@ -192,8 +192,10 @@ class Revision(AppendOnlyModel):
     the copies).
     """
 
-    # No index of its own: a changeset's revisions are found by its seq
-    # (``revision_seq_entity``), which is also the table's partition key.
+    # Reads find a changeset's revisions by its seq (``revision_seq_entity``, the
+    # partition key); the index ``revision_changeset`` (migration 0030) is for the
+    # foreign key's check when a changeset row is deleted (an archive cut), which
+    # looks revisions up by ``changeset_id`` alone and without it scanned them all.
     changeset = models.ForeignKey(
         Changeset, on_delete=models.DO_NOTHING, related_name="revisions", db_index=False
     )
@@ -238,6 +240,8 @@ class Revision(AppendOnlyModel):
                 fields=["branch", "namespace", "kind", "slug", "-seq"],
                 name="revision_history",
             ),
+            # The foreign key's check on deleting a changeset (see ``changeset``).
+            models.Index(fields=["changeset"], name="revision_changeset"),
             # As-of listings walk the keys that ever existed in key order (one
             # create row per key life), then seek each key's newest revision.
             models.Index(

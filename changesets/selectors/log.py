@@ -142,10 +142,12 @@ def sees_every_namespace(changeset: Changeset, namespaces: Sequence[str] | None)
 def revisions_of(changeset: Changeset) -> QuerySet[Revision]:
     """A changeset's revisions, found by its seq (then its id checked).
 
-    The revision table is partitioned by ``seq`` and its one index for a
-    changeset's rows is ``revision_seq_entity`` (``seq`` first, migration 0028):
-    by ``changeset_id`` alone a read would scan every partition. A changeset has
-    exactly one seq, which its revisions copy (``verify_log`` checks the copy).
+    The revision table is partitioned by ``seq``: with the seq in the predicate
+    a read touches the one partition that holds the changeset (by
+    ``revision_seq_entity``, ``seq`` first, or ``revision_changeset``; the
+    planner picks), where by ``changeset_id`` alone it would probe every
+    partition's index. A changeset has exactly one seq, which its revisions copy
+    (``verify_log`` checks the copy).
     """
     return Revision.objects.filter(seq=changeset.seq, changeset_id=changeset.id)
 

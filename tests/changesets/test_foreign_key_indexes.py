@@ -1,0 +1,87 @@
+"""Every foreign key has an index on its referencing columns, on every partition.
+
+PostgreSQL checks a foreign key when a referenced row is deleted by looking the
+referencing rows up by the key's columns alone, once per deleted row. Without
+an index that leads with those columns each check scans the referencing table:
+migration 0028 left ``changesets_revision.changeset_id`` without one, and an
+archive cut's removal (which deletes changesets) became quadratic in the cut
+(at 7.9M changesets one batch of 2,000 had not committed after ten minutes).
+Migration 0030 put the index back; this keeps every key covered.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+pytestmark = pytest.mark.django_db
+
+# The referencing table and every partition under it, each with its index
+# definitions' leading columns, by name (a partition's column numbers may differ).
+UNCOVERED = """
+WITH fk AS (
+    SELECT c.conname, c.conrelid AS parent,
+           array_agg(a.attname::text ORDER BY k.n) AS cols
+    FROM pg_constraint c
+    CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, n)
+    JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+    WHERE c.contype = 'f' AND c.conparentid = 0
+    GROUP BY c.conname, c.conrelid
+),
+rel AS (
+    SELECT fk.conname, fk.cols, fk.parent AS relid FROM fk
+    UNION ALL
+    SELECT fk.conname, fk.cols, i.inhrelid FROM fk JOIN pg_inherits i ON i.inhparent = fk.parent
+),
+idx AS (
+    SELECT i.indrelid AS relid, i.indexrelid,
+           array_agg(a.attname::text ORDER BY k.n) AS cols
+    FROM pg_index i
+    CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+    WHERE i.indisvalid
+    GROUP BY i.indrelid, i.indexrelid
+)
+SELECT rel.conname, rel.relid::regclass::text, rel.cols
+FROM rel
+WHERE NOT EXISTS (
+    SELECT 1 FROM idx l
+    WHERE l.relid = rel.relid AND l.cols[1:cardinality(rel.cols)] = rel.cols
+)
+ORDER BY 1, 2
+"""
+
+
+def _uncovered() -> list[tuple[str, str, list[str]]]:
+    with connection.cursor() as cursor:
+        cursor.execute(UNCOVERED)
+        return list(cursor.fetchall())
+
+
+def test_every_foreign_key_has_an_index_leading_with_its_columns():
+    assert _uncovered() == []
+
+
+def test_the_revision_key_is_covered_on_every_partition():
+    from changesets import partitions
+
+    with connection.cursor() as cursor:
+        parts = partitions.partitions(cursor)
+        assert parts, "the test database has revision partitions"
+        cursor.execute(
+            "SELECT count(DISTINCT i.indrelid) FROM pg_index i"
+            " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]"
+            " WHERE a.attname = 'changeset_id' AND i.indrelid = ANY(%s::regclass[])",
+            [[part.name for part in parts]],
+        )
+        assert cursor.fetchone()[0] == len(parts)
+
+
+def test_the_check_finds_it_when_the_index_is_gone():
+    """The query above is not vacuous: without the index it names the key."""
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX revision_changeset")
+    uncovered = _uncovered()
+    assert ("changesets_revision_changeset_id_304c2173_fk_changeset", "changesets_revision",
+            ["changeset_id"]) in uncovered  # fmt: skip
+    assert any(rel.startswith("changesets_revision_p") for _, rel, _ in uncovered)
