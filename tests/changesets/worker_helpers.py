@@ -200,6 +200,12 @@ def celery_configured(**conf: Any) -> Iterator[None]:
     """Change this process's Celery configuration for a block, dropping cached
     connections and routing so the change takes effect."""
     saved = {name: celery_app.conf[name] for name in conf}
+    # Celery reads the broker URL from the environment before its configuration
+    # (``celery.app.utils.Settings.broker_url``): with CELERY_BROKER_URL set, as on
+    # a machine whose tests use a real broker, a changed ``broker_url`` alone would
+    # not take effect. The variable follows the block's URL.
+    env = {"CELERY_BROKER_URL": conf["broker_url"]} if "broker_url" in conf else {}
+    saved_env = {name: os.environ.get(name) for name in env}
 
     def reset() -> None:
         from kombu import pools
@@ -212,11 +218,17 @@ def celery_configured(**conf: Any) -> Iterator[None]:
         celery_app.__dict__.pop("amqp", None)
 
     celery_app.conf.update(conf)
+    os.environ.update(env)
     reset()
     try:
         yield
     finally:
         celery_app.conf.update(saved)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         reset()
 
 
