@@ -318,7 +318,8 @@ def _report(result: dict[str, Any], args: argparse.Namespace) -> str:
             "",
             table(["removal", "revisions", "time", "hot bytes before", "after"], removal),
             "",
-            "The 10M-revision run (the lead's; roughly ten times this one's time):",
+            "At ten million revisions (about 45 minutes here, mostly the populate and"
+            " the moves):",
             "",
             "```sh",
             ".venv/bin/python bench/partitions.py --changesets 7900000 --partitions 10",
