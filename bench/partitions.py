@@ -318,8 +318,7 @@ def _report(result: dict[str, Any], args: argparse.Namespace) -> str:
             "",
             table(["removal", "revisions", "time", "hot bytes before", "after"], removal),
             "",
-            "At ten million revisions (about 45 minutes here, mostly the populate and"
-            " the moves):",
+            "At ten million revisions (about 45 minutes here, mostly the populate and the moves):",
             "",
             "```sh",
             ".venv/bin/python bench/partitions.py --changesets 7900000 --partitions 10",
