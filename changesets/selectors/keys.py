@@ -173,8 +173,38 @@ def _key_revisions(
     """
     assert where.key
     rule = [branch, where.namespace, where.key]
-    # (condition, its parameters): what every arm tests besides the key rule.
-    conds: list[tuple[str, list[Any]]] = []
+    conds = _key_conds(where)
+    # The walk spells branch and namespace so that no index matches them: the
+    # planner, expecting few matches, otherwise read the range out of
+    # ``revision_history``, i.e. every entry of the namespace (its seq is not a
+    # leading column there): a cost that grows with the namespace.
+    walk_tests = [
+        (f"{_T}.branch || '' = %s", [branch]),
+        (f"{_T}.namespace || '' = %s", [where.namespace]),
+        *conds,
+        (_KEY_TEST, rule),
+    ]
+    probe_tests = [(_KEY_RULE, rule), *conds]
+    if after is not None:
+        walk_tests.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
+        probe_tests.append((f"({_T}.seq + 0, {_T}.id) < (%s, %s)", list(after)))
+    sql, args = _ladder(_sql_of(walk_tests), _sql_of(probe_tests), after, limit)
+    with read_connection().cursor() as cursor:
+        cursor.execute(sql, args)
+        return [row_of(r) for r in cursor.fetchall()]
+
+
+# A condition of the SQL below and its parameters.
+_Cond = tuple[str, list[Any]]
+
+
+def _sql_of(parts: list[_Cond]) -> _Cond:
+    return " AND ".join(c for c, _ in parts), [p for _, ps in parts for p in ps]
+
+
+def _key_conds(where: RevisionFilter) -> list[_Cond]:
+    """What every arm of a key-filtered page tests besides the key rule."""
+    conds: list[_Cond] = []
     if where.kind is not None:
         conds.append((f"{_T}.kind = %s", [where.kind]))
     if where.author is not None:
@@ -194,57 +224,55 @@ def _key_revisions(
         conds.append((f"{_T}.at <= %s", [end_of_millisecond(where.until)]))
     if floor := boundary.floor():
         conds.append((f"{_T}.seq + 0 > %s", [floor]))
+    return conds
+
+
+def _low(k: int, where: str, rows: int) -> str:
+    """``low_k``: the seq of the revision ``rows`` down the seq index from ``where``'s
+    top (0 past the oldest), counted index-only along ``revision_seq_entity``."""
+    return (
+        f"low_{k} AS MATERIALIZED (SELECT COALESCE((SELECT {_T}.seq FROM {_T} {where}"
+        f" ORDER BY {_T}.seq DESC OFFSET {rows:d} LIMIT 1), 0) AS s)"
+    )
+
+
+def _walk_arm(bound: str, gate: str, tests: str) -> str:
+    """A walk over the revisions in ``bound``, as an ordered stream: the seq index
+    read newest first in a subquery (OFFSET 0 keeps the tests out of it), the tests
+    on each row above it, the first ``limit`` kept, with no ORDER BY there (the
+    subquery's order is the page's, ids sorted within each seq as they stream). So
+    the planner plans the scan for a page's worth of rows and it stops at the page.
+    With the tests inside the scan it expected almost no matches, so the whole
+    range, and read the range as a bitmap of ``revision_seq_entity`` and a sort
+    (that index is wider than the ``(seq)`` one it replaced in migration 0028, whose
+    walk was costed cheaper). An ORDER BY here would plan the subquery for every
+    row again and sort what passed the tests after reading them all."""
+    return (
+        f"(SELECT {_T}.id, {_T}.seq FROM (SELECT * FROM {_T} WHERE {bound}"
+        f" ORDER BY {_T}.seq DESC, {_T}.id DESC OFFSET 0) {_T}"
+        f" WHERE {gate}{tests} LIMIT %s)"
+    )
+
+
+def _ladder(
+    walk_tests: _Cond, probe_tests: _Cond, after: tuple[int, int] | None, limit: int
+) -> tuple[str, list[Any]]:
+    """The statement of walks and probes (:func:`_key_revisions`) and its parameters."""
     ctes: list[str] = []
     arms: list[str] = []
     cte_args: list[Any] = []
     arm_args: list[Any] = []
-
-    def sql_of(parts: list[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
-        return " AND ".join(c for c, _ in parts), [p for _, ps in parts for p in ps]
-
-    # The walk spells branch and namespace so that no index matches them: the
-    # planner, expecting few matches, otherwise read the range out of
-    # ``revision_history``, i.e. every entry of the namespace (its seq is not a
-    # leading column there): a cost that grows with the namespace.
-    walk_tests = [
-        (f"{_T}.branch || '' = %s", [branch]),
-        (f"{_T}.namespace || '' = %s", [where.namespace]),
-        *conds,
-        (_KEY_TEST, rule),
-    ]
-    probe_tests = [(_KEY_RULE, rule), *conds]
-    if after is not None:
-        walk_tests.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
-        probe_tests.append((f"({_T}.seq + 0, {_T}.id) < (%s, %s)", list(after)))
+    walk_sql, walk_params = walk_tests
+    probe_sql, probe_params = probe_tests
 
     def walk(bound: str, gate: str) -> None:
-        # The walk as an ordered stream: the seq index read newest first in a
-        # subquery (OFFSET 0 keeps the tests out of it), the tests on each row above
-        # it, the first ``limit`` kept, with no ORDER BY there (the subquery's order
-        # is the page's, ids sorted within each seq as they stream). So the planner
-        # plans the scan for a page's worth of rows and it stops at the page. With
-        # the tests inside the scan it expected almost no matches, so the whole
-        # range, and read the range as a bitmap of ``revision_seq_entity`` and a sort
-        # (that index is wider than the ``(seq)`` one it replaced in migration 0028,
-        # whose walk was costed cheaper). An ORDER BY here would plan the subquery
-        # for every row again and sort what passed the tests after reading them all.
-        tests, params = sql_of(walk_tests)
-        arms.append(
-            f"(SELECT {_T}.id, {_T}.seq FROM (SELECT * FROM {_T} WHERE {bound}"
-            f" ORDER BY {_T}.seq DESC, {_T}.id DESC OFFSET 0) {_T}"
-            f" WHERE {gate}{tests} LIMIT %s)"
-        )
-        arm_args.extend([*params, limit])
+        arms.append(_walk_arm(bound, gate, walk_sql))
+        arm_args.extend([*walk_params, limit])
 
     # low_0: the seq of the KEY_WINDOW-th newest revision below the page's start.
-    start = "" if after is None else f"WHERE {_T}.seq <= %s"
-    ctes.append(
-        f"low_0 AS MATERIALIZED (SELECT COALESCE((SELECT {_T}.seq FROM {_T} {start}"
-        f" ORDER BY {_T}.seq DESC OFFSET {KEY_WINDOW:d} LIMIT 1), 0) AS s)"
-    )
+    ctes.append(_low(0, "" if after is None else f"WHERE {_T}.seq <= %s", KEY_WINDOW))
     cte_args.extend([] if after is None else [after[0]])
     walk(f"{_T}.seq > (SELECT s FROM low_0)", "")
-    tests, params = sql_of(probe_tests)
     for k in range(1, KEY_RUNGS + 1):
         cap = KEY_PROBE * KEY_STEP ** (k - 1)
         # The key's matches below the walk so far, at most ``cap``; ``open_k``:
@@ -252,14 +280,14 @@ def _key_revisions(
         went_on = "true" if k == 1 else f"(SELECT ok FROM open_{k - 1})"
         ctes.append(
             f"cand_{k} AS MATERIALIZED (SELECT {_T}.id, {_T}.seq FROM {_T}"
-            f" WHERE {tests} AND {_T}.seq + 0 <= (SELECT s FROM low_{k - 1})"
+            f" WHERE {probe_sql} AND {_T}.seq + 0 <= (SELECT s FROM low_{k - 1})"
             f" LIMIT {cap:d})"
         )
         ctes.append(
             f"open_{k} AS MATERIALIZED (SELECT CASE WHEN {went_on} THEN"
             f" (SELECT count(*) FROM cand_{k}) >= {cap:d} ELSE false END AS ok)"
         )
-        cte_args.extend(params)
+        cte_args.extend(probe_params)
         arms.append(
             f"(SELECT id, seq FROM cand_{k} WHERE {went_on} AND NOT (SELECT ok FROM open_{k})"
             f" ORDER BY seq DESC, id DESC LIMIT %s)"
@@ -267,11 +295,7 @@ def _key_revisions(
         arm_args.append(limit)
         below = f"{_T}.seq <= (SELECT s FROM low_{k - 1})"
         if k < KEY_RUNGS:
-            rows = KEY_WINDOW * KEY_STEP**k
-            ctes.append(
-                f"low_{k} AS MATERIALIZED (SELECT COALESCE((SELECT {_T}.seq FROM {_T}"
-                f" WHERE {below} ORDER BY {_T}.seq DESC OFFSET {rows:d} LIMIT 1), 0) AS s)"
-            )
+            ctes.append(_low(k, f"WHERE {below}", KEY_WINDOW * KEY_STEP**k))
             below += f" AND {_T}.seq > (SELECT s FROM low_{k})"
         walk(below, f"(SELECT ok FROM open_{k}) AND ")
     sql = (
@@ -280,9 +304,7 @@ def _key_revisions(
         f" {SELECT_ROWS} JOIN page ON page.id = {_T}.id AND page.seq = {_T}.seq"
         f" ORDER BY {_T}.seq DESC, {_T}.id DESC"
     )
-    with read_connection().cursor() as cursor:
-        cursor.execute(sql, [*cte_args, *arm_args, limit])
-        return [row_of(r) for r in cursor.fetchall()]
+    return sql, [*cte_args, *arm_args, limit]
 
 
 def _filtered(where: RevisionFilter, branch: str) -> QuerySet[Revision]:
