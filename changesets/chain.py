@@ -85,13 +85,14 @@ def member_key(salt: bytes, side: str, name: str) -> bytes:
     three times faster than HMAC-SHA256 here, which matters: a write makes two
     of these per top-level member of each image.
     """
-    return hashlib.blake2b(f"{side}\0{name}".encode(), key=salt, digest_size=32).digest()
+    return _member_keys(salt)(side, name)
 
 
 def _member_keys(salt: bytes) -> Callable[[str, str], bytes]:
     """:func:`member_key` for one salt, for an image's many members: the keyed
     state is set up once and copied (a copy costs three quarters of a fresh keyed
-    hash, which processes a whole block for the key)."""
+    hash, which processes a whole block for the key). The key of member ``name`` of
+    image ``side`` is ``BLAKE2b-256(side + NUL + name, key=salt)``."""
     keyed = hashlib.blake2b(key=salt, digest_size=32)
 
     def key(side: str, name: str) -> bytes:
