@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from unittest import mock
 from urllib.parse import quote
 
 import pytest
@@ -205,7 +206,6 @@ def celery_configured(**conf: Any) -> Iterator[None]:
     # a machine whose tests use a real broker, a changed ``broker_url`` alone would
     # not take effect. The variable follows the block's URL.
     env = {"CELERY_BROKER_URL": conf["broker_url"]} if "broker_url" in conf else {}
-    saved_env = {name: os.environ.get(name) for name in env}
 
     def reset() -> None:
         from kombu import pools
@@ -217,18 +217,13 @@ def celery_configured(**conf: Any) -> Iterator[None]:
         celery_app._pool = None
         celery_app.__dict__.pop("amqp", None)
 
-    celery_app.conf.update(conf)
-    os.environ.update(env)
-    reset()
     try:
-        yield
+        with mock.patch.dict(os.environ, env):
+            celery_app.conf.update(conf)
+            reset()
+            yield
     finally:
         celery_app.conf.update(saved)
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         reset()
 
 
