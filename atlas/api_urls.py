@@ -7,14 +7,18 @@ under the host's own admin. ``atlas.urls`` is Atlas's own project's root
 urlconf: this, plus the admin, the probes and the error handlers.
 """
 
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+
+from atlas.api.errors import unknown_api_path
 
 api_v1 = [
     path("", include("entities.api.urls")),
     path("", include("changesets.api.urls")),
     path("", include("changesets.api.feed_urls")),
     path("", include("branches.api.urls")),
+    # Last: whatever nothing above matched is a problem+json 404, DEBUG on or off.
+    re_path(r"^(?P<rest>.*)$", unknown_api_path),
 ]
 
 urlpatterns = [

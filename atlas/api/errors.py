@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
@@ -239,6 +240,19 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
     """Problem+json under /api/; Django's own page for the admin and the rest."""
     if not request.path.startswith("/api/"):
         return defaults.page_not_found(request, exception or Http404())
+    return _plain_problem(request, atlas.NotFound("No such resource."))
+
+
+@csrf_exempt
+def unknown_api_path(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """The last route under ``api/v1/``: any path nothing else matched, any method.
+
+    ``handler404`` alone is not enough: with ``DEBUG`` on (``make run``) Django
+    answers an unresolved URL with its HTML debug page and never calls it, and a
+    host project that includes ``atlas.api_urls`` has a ``handler404`` of its
+    own. A route that always matches answers problem+json in every setup. (No
+    API route ends in a slash, so it costs no ``APPEND_SLASH`` redirect.)
+    """
     return _plain_problem(request, atlas.NotFound("No such resource."))
 
 

@@ -412,6 +412,23 @@ def test_unknown_url_under_api_is_404_problem_json(api, path):
     assert_problem(api.get(path), 404)
 
 
+@override_settings(DEBUG=True)
+@pytest.mark.parametrize("method", ["get", "post", "put", "delete"])
+def test_unknown_url_under_api_is_problem_json_with_debug_on(api, method):
+    """``make run`` serves with DEBUG on, where Django answers an unresolved URL with its
+    HTML debug page and never calls ``handler404``; a typo in an API path must still get
+    problem+json (and so must a host project, whose own ``handler404`` is not Atlas's)."""
+    body = assert_problem(getattr(api, method)(f"{API}/entities/acme.orders/event/x/nope"), 404)
+    assert body["instance"] == f"{API}/entities/acme.orders/event/x/nope"
+
+
+@override_settings(DEBUG=True)
+def test_unknown_url_outside_the_api_keeps_djangos_page(client):
+    response = client.get("/no-such-page")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
 def test_unsupported_method_is_405_problem_json(api):
     body = assert_problem(api.post(ENTITY, {"content": {}}, format="json"), 405)
     assert body["title"] == "Method not allowed"
