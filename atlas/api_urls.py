@@ -7,12 +7,12 @@ under the host's own admin. ``atlas.urls`` is Atlas's own project's root
 urlconf: this, plus the admin, the probes and the error handlers.
 """
 
-from django.urls import include, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from atlas.api.errors import unknown_api_path
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("", include("entities.api.urls")),
     path("", include("changesets.api.urls")),
     path("", include("changesets.api.feed_urls")),
