@@ -58,6 +58,9 @@ ATLAS_JOURNAL_RELAY_POLL_SECONDS = env_float("ATLAS_JOURNAL_RELAY_POLL_SECONDS",
 # After a NOTIFY the relay waits this long for more commits to share one batch
 # (latency to subscribers vs statements and pump messages under load).
 ATLAS_JOURNAL_RELAY_LINGER_MS = env_float("ATLAS_JOURNAL_RELAY_LINGER_MS", 10)
+# While commits stream in, the relay passes at most this often (each pass takes all
+# that committed meanwhile); after a quiet spell a commit waits only the linger above.
+ATLAS_JOURNAL_RELAY_STREAM_LINGER_MS = env_float("ATLAS_JOURNAL_RELAY_STREAM_LINGER_MS", 50)
 ATLAS_JOURNAL_SWEEP_AGE_SECONDS = env_float("ATLAS_JOURNAL_SWEEP_AGE_SECONDS", 60)
 # /readyz reports "degraded" (still 200) when the oldest unpublished journal entry is
 # older than this: the relay or the workers are down or cannot keep up.

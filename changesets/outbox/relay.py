@@ -17,7 +17,12 @@ constant number of statements, while a task costs the relay a message and a
 worker process a task run (measured at several ms of CPU per changeset with
 one task per changeset; docs/benchmarks.md, "HTTP throughput"). The relay
 lingers ``ATLAS_JOURNAL_RELAY_LINGER_MS`` after a notification so that
-commits close behind one another share one batch.
+commits close behind one another share one batch, and under a stream of
+commits (its last pass published something less than
+``ATLAS_JOURNAL_RELAY_STREAM_LINGER_MS`` ago) until that long after the last
+pass: a pass costs the same few statements however many entries it carries,
+so one writer committing every few milliseconds no longer costs a pass per
+commit (:meth:`JournalRelay.linger`).
 
 It runs in every Celery worker's main process (``worker_ready``), or alone
 (``manage.py journal_relay``); a session advisory lock keeps one relay
@@ -75,7 +80,11 @@ class JournalRelay:
     """One relay loop; :meth:`run` until ``stop`` is set (in its own thread)."""
 
     def __init__(
-        self, *, poll_seconds: float | None = None, linger_seconds: float | None = None
+        self,
+        *,
+        poll_seconds: float | None = None,
+        linger_seconds: float | None = None,
+        stream_linger_seconds: float | None = None,
     ) -> None:
         self.poll_seconds = (
             conf.get("ATLAS_JOURNAL_RELAY_POLL_SECONDS") if poll_seconds is None else poll_seconds
@@ -85,6 +94,12 @@ class JournalRelay:
             if linger_seconds is None
             else linger_seconds
         )
+        self.stream_linger_seconds = (
+            conf.get("ATLAS_JOURNAL_RELAY_STREAM_LINGER_MS") / 1000
+            if stream_linger_seconds is None
+            else stream_linger_seconds
+        )
+        self.last_pass: tuple[float, int] | None = None  # (when it ended, entries it handed over)
         self.stop = threading.Event()
         self.active = threading.Event()  # holds the lock and is listening
         self.mark: int | None = None  # see relay_pending
@@ -139,7 +154,8 @@ class JournalRelay:
         self.mark = None
         self.active.set()
         while not self.stop.is_set():
-            self.relay_pending(raw)
+            handed = self.relay_pending(raw)
+            self.last_pass = (time.monotonic(), handed)
             self.wakes.flush()
             self._wait(raw)
 
@@ -170,11 +186,31 @@ class JournalRelay:
             if left <= 0:
                 return
             for _ in raw.notifies(timeout=min(left, 1.0), stop_after=1):
-                # Linger a moment so that commits close behind this one share its
-                # batch: a batch costs the same few statements however many it carries.
-                if self.linger_seconds:
-                    self.stop.wait(self.linger_seconds)
+                # Linger so that commits close behind this one share its batch: a
+                # batch costs the same few statements however many it carries.
+                linger = self.linger(time.monotonic())
+                if linger:
+                    self.stop.wait(linger)
                 return
+
+    def linger(self, now: float) -> float:
+        """How long to wait after a notification before the next pass (seconds).
+
+        After a quiet spell, ``ATLAS_JOURNAL_RELAY_LINGER_MS``: a lone commit
+        reaches the pumps as soon as that allows. While commits stream in (the
+        last pass handed entries over less than the stream linger ago), until
+        the stream linger has passed since that pass: under a steady stream
+        the relay then passes at most every ``ATLAS_JOURNAL_RELAY_STREAM_LINGER_MS``
+        whatever the commit rate, and a commit waits at most that long.
+        Deliveries under load are coalesced for longer still
+        (``ATLAS_WEBHOOK_COALESCE_MS``), so subscribers see no difference there.
+        """
+        if self.last_pass is not None:
+            ended, handed = self.last_pass
+            since = now - ended
+            if handed and since < self.stream_linger_seconds:
+                return max(self.linger_seconds, self.stream_linger_seconds - since)
+        return self.linger_seconds
 
     def relay_pending(self, raw: Any) -> int:
         """Publish (or, with hooks registered, enqueue) the entries past the mark; how many.

@@ -288,3 +288,45 @@ def test_without_hooks_a_broker_outage_is_recorded_and_retried_at_the_next_wake(
     time.sleep(0.8)
     assert calls[-1] == str(subscription.id)
     assert JournalTally.objects.get().failures >= failed >= 1  # counted, though it is gone
+
+
+def test_linger_is_short_after_a_quiet_spell_and_paced_under_a_stream():
+    """``JournalRelay.linger``: the base linger after a pass that handed nothing over or
+    ended long ago; under a stream, whatever is left of the stream linger since the
+    last pass (never less than the base)."""
+    relay = JournalRelay(linger_seconds=0.01, stream_linger_seconds=0.05)
+    assert relay.linger(100.0) == 0.01  # no pass yet
+    relay.last_pass = (100.0, 0)
+    assert relay.linger(100.001) == 0.01  # the last pass found nothing: quiet
+    relay.last_pass = (100.0, 3)
+    assert relay.linger(100.002) == pytest.approx(0.048)  # streaming: until 50 ms after it
+    assert relay.linger(100.045) == 0.01  # not less than the base linger
+    assert relay.linger(100.2) == 0.01  # long ago: quiet again
+    assert JournalRelay(linger_seconds=0.01, stream_linger_seconds=0).linger(100.001) == 0.01
+
+
+def test_under_a_stream_of_commits_one_pass_takes_them_all(
+    staff, namespace, relay_mode, relays, monkeypatch
+):
+    """Real commits and a real LISTEN: after a pass that published something, the
+    commits that follow within the stream linger wait for one pass together instead
+    of costing a pass each; the first commit after a quiet spell goes at once."""
+    passes: list[int] = []
+    real_publish = journal.publish
+
+    def publish(ids, **kw):
+        passes.append(len(ids))
+        return real_publish(ids, **kw)
+
+    monkeypatch.setattr(journal, "publish", publish)
+    relay = relays(poll_seconds=60, linger_seconds=0, stream_linger_seconds=2.0)
+    wait_for(relay.active.is_set, timeout=10, what="the relay to become active", every=0.02)
+    started = time.monotonic()
+    write(staff, namespace, 0)  # after a quiet spell: no linger
+    wait_for(lambda: passes == [1], timeout=5, what="the first pass", every=0.01)
+    assert time.monotonic() - started < 1.5, "a lone commit is not held for the stream linger"
+    for n in range(1, 6):  # a stream: five commits well inside the 2 s stream linger
+        write(staff, namespace, n)
+    wait_for(lambda: not JournalEntry.objects.exists(), timeout=10, what="the stream published")
+    assert passes == [1, 5], "the stream's five commits share one pass"
+    assert relay.published_total == 6
