@@ -39,6 +39,7 @@ from atlas.replicas import has_as_of, replica_read
 from changesets.archive import boundary
 from changesets.models import Changeset
 from changesets.selectors import asof, keys
+from changesets.selectors import blame as blames
 from changesets.selectors import diff as diffs
 from changesets.selectors.log import entity_has_history, entity_history
 from entities import access
@@ -89,7 +90,7 @@ EntityDiffSerializer = inline_serializer(
 )
 
 
-def _blame_repr(entry: keys.Blame) -> dict[str, Any]:
+def _blame_repr(entry: blames.Blame) -> dict[str, Any]:
     return {
         "pointer": entry.pointer,
         "changeset_id": str(entry.changeset_id),
@@ -170,12 +171,12 @@ class HistoryActions:
         entity = asof.entity_as_of(seq=pinned.seq, key=key) if pinned else store.get(key)
         if entity is None:
             raise NotFound("No such entity." if not pinned else "No such entity at that point.")
-        found = keys.blame(
+        found = blames.blame(
             content=entity.content,
             key=key,
             branch=store.branch,
             upto_seq=pinned.seq if pinned else None,
-            branch_owns_key=keys.branch_holds(
+            branch_owns_key=blames.branch_holds(
                 key=key, branch=store.branch, changeset_id=entity.changeset_id
             ),
         )
@@ -185,7 +186,7 @@ class HistoryActions:
         }
         if pinned:
             body["as_of"] = as_of_repr(pinned)
-        archived = keys.unresolved(entity.content, found)
+        archived = blames.unresolved(entity.content, found)
         if archived and (marker := boundary.marker()) is not None:
             # Leaves last set at or before the archive cut: their setter is in the archive.
             body["archived"], body["archived_before"] = archived, marker

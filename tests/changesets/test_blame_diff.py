@@ -26,7 +26,7 @@ from atlas.api.render import rfc3339
 from changesets import pointers
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
-from changesets.selectors import keys as key_selectors
+from changesets.selectors import blame as blame_selectors
 from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 from tests.atlas.test_errors import assert_problem
@@ -173,7 +173,7 @@ def test_blame_matches_a_brute_force_replay(api, staff, namespace, seed):
 
 def test_blame_stops_walking_once_every_leaf_is_resolved(api, staff, namespace):
     path = f"{NS}/item/long"
-    for i in range(key_selectors.BLAME_BATCH + 50):
+    for i in range(blame_selectors.BLAME_BATCH + 50):
         changeset_apply(
             store=baseline,
             actor=staff,

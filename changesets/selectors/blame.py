@@ -1,0 +1,162 @@
+"""Blame: for every leaf of an entity's content, the changeset that last set it.
+
+It reads the entity's revisions newest first off ``revision_history`` and their
+``changed`` pointers (the rule of API.md, "Key-level history"), never the
+images, and stops as soon as every leaf is accounted for. Callers pass what
+the reader may see (invariant 8 is the view's to check).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Subquery
+
+from changesets import pointers
+from changesets.archive import boundary
+from changesets.models import BASELINE, Changeset, Revision
+from entities.store import EntityKey
+
+# Revisions read per round trip while blame walks back.
+BLAME_BATCH = 200
+
+
+@dataclass(frozen=True)
+class Blame:
+    """Who last set one leaf of the content."""
+
+    pointer: str
+    changeset_id: Any
+    seq: int
+    author: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class _Step:
+    changed: list[str]
+    changeset_id: Any
+    seq: int
+    at: datetime
+    author: str
+
+
+def blame(
+    *,
+    content: dict[str, Any],
+    key: EntityKey,
+    branch: str = BASELINE,
+    upto_seq: int | None = None,
+    branch_owns_key: bool = False,
+) -> list[Blame]:
+    """For every leaf of ``content`` (the entity as read), the changeset that last set it.
+
+    1. The leaves: object members recursively; arrays, scalars and empty
+       objects or arrays are leaves (``pointers.leaves``).
+    2. Walk the entity's revisions newest first (:func:`_history`), a batch
+       at a time, reading only ``changed`` and the changeset's name and time.
+    3. A revision whose changed pointer P equals a leaf, contains it, or lies
+       inside it (an object emptied) set that leaf's current value: no newer
+       revision touched it, and ``changed`` names every difference. The walk
+       stops when every leaf is resolved, at the latest at the key's newest
+       create, whose ``changed`` holds every top-level member.
+
+    ``upto_seq`` pins the walk (as-of reads); ``branch_owns_key`` says the
+    branch's overlay holds the key, so its revisions come first and baseline's
+    older than the branch's first write to the key after them. After an archive
+    cut the walk ends there: a leaf last set before it is not in the answer
+    (the API lists it as archived).
+    """
+    open_leaves = pointers.leaves(content)
+    order = sorted(open_leaves)  # plain string order: a prefix's range is contiguous
+    found: dict[str, Blame] = {}
+    for step in _history(key, branch, upto_seq, branch_owns_key):
+        for pointer in step.changed:
+            for leaf in _touched(pointer, order, found):
+                found[leaf] = Blame(leaf, step.changeset_id, step.seq, step.author, step.at)
+        if len(found) == len(open_leaves):
+            break
+    return [found[leaf] for leaf in open_leaves if leaf in found]
+
+
+def unresolved(content: dict[str, Any], found: Sequence[Blame]) -> list[str]:
+    """The leaves of ``content`` blame did not reach (set before an archive cut), sorted."""
+    seen = {entry.pointer for entry in found}
+    return [leaf for leaf in pointers.leaves(content) if leaf not in seen]
+
+
+def _touched(pointer: str, order: Sequence[str], found: dict[str, Blame]) -> Iterator[str]:
+    """The unresolved leaves ``pointer`` equals, contains, or lies inside."""
+    start = bisect.bisect_left(order, pointer)
+    if start < len(order) and order[start] == pointer and pointer not in found:
+        yield pointer
+    inside = pointer + "/"
+    i = bisect.bisect_left(order, inside)
+    while i < len(order) and order[i].startswith(inside):
+        if order[i] not in found:
+            yield order[i]
+        i += 1
+    cut = pointer.rfind("/")
+    while cut > 0:  # the pointer's ancestors, a leaf when an object was emptied
+        ancestor = pointer[:cut]
+        j = bisect.bisect_left(order, ancestor)
+        if j < len(order) and order[j] == ancestor and ancestor not in found:
+            yield ancestor
+        cut = pointer.rfind("/", 0, cut)
+
+
+def _history(
+    key: EntityKey, branch: str, upto_seq: int | None, branch_owns_key: bool
+) -> Iterator[_Step]:
+    """The revisions that made the content as read, newest first, in batches."""
+    bound, strictly_below = upto_seq, False
+    if branch_owns_key:
+        for step in _walk(key, branch, None, False):
+            bound, strictly_below = step.seq, True
+            yield step
+    yield from _walk(key, BASELINE, bound, strictly_below)
+
+
+def _walk(key: EntityKey, branch: str, bound: int | None, strictly_below: bool) -> Iterator[_Step]:
+    """``branch``'s revisions of ``key`` at or below ``bound`` (below, if ``strictly_below``),
+    newest first, off ``revision_history``, ``BLAME_BATCH`` rows per statement."""
+    qs = Revision.objects.filter(
+        branch=branch, namespace=key.namespace, kind=key.kind, slug=key.slug
+    )
+    if floor := boundary.floor():
+        qs = qs.filter(seq__gt=floor)
+    fields = ("changed", "changeset_id", "seq", "at", "changeset__author_name")
+    while True:
+        page = qs
+        if bound is not None:
+            page = page.filter(seq__lt=bound) if strictly_below else page.filter(seq__lte=bound)
+        rows = list(page.order_by("-seq").values_list(*fields)[:BLAME_BATCH])
+        for changed, changeset_id, seq, at, author in rows:
+            yield _Step(changed, changeset_id, seq, at, author)
+        if len(rows) < BLAME_BATCH:
+            return
+        bound, strictly_below = rows[-1][2], True
+
+
+def branch_holds(*, key: EntityKey, branch: str, changeset_id: Any) -> bool:
+    """Whether the entity read under ``branch`` comes from the branch's overlay:
+    its last writer (``changeset_id``) is one of the branch's changesets.
+
+    The revision is sought by the changeset's seq (one primary-key seek): the
+    revision table has no index on ``changeset_id``."""
+    seq = Changeset.objects.filter(pk=changeset_id).values("seq")[:1]
+    return (
+        bool(branch)
+        and Revision.objects.filter(
+            seq=Subquery(seq),
+            changeset_id=changeset_id,
+            namespace=key.namespace,
+            kind=key.kind,
+            slug=key.slug,
+            branch=branch,
+        ).exists()
+    )
