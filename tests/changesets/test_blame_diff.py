@@ -194,6 +194,35 @@ def test_blame_stops_walking_once_every_leaf_is_resolved(api, staff, namespace):
     assert len(walks) == 1, walks
 
 
+def test_blame_reads_only_the_revisions_that_touched_an_open_leaf(api, staff, namespace):
+    """600 revisions change ``/n``; ``/a`` dates from the create and ``/m/k`` from one
+    write half-way. Once ``/n`` is resolved, PostgreSQL skips every revision that
+    touched no open leaf: two walk statements, where a walk of every revision (a
+    Python step each, ``BLAME_BATCH`` a statement) took four."""
+    key = EntityKey(NS, "item", "busy")
+
+    def put(doc: dict[str, Any]) -> Changeset:
+        return changeset_apply(
+            store=baseline, actor=staff, ops=[PutOp(key, doc)], rpc="PutEntity"
+        ).changeset
+
+    created = put({"a": 1, "m": {"k": 0}, "n": 0})
+    for i in range(1, 300):
+        put({"a": 1, "m": {"k": 0}, "n": i})
+    middle = put({"a": 1, "m": {"k": 1}, "n": 300})
+    for i in range(301, 601):
+        newest = put({"a": 1, "m": {"k": 1}, "n": i})
+    with CaptureQueriesContext(connection) as captured:
+        response = blame_of(api, "busy")
+    assert [(k["pointer"], k["changeset_id"]) for k in response.json()["keys"]] == [
+        ("/a", str(created.id)),
+        ("/m/k", str(middle.id)),
+        ("/n", str(newest.id)),
+    ]
+    walks = [q for q in captured.captured_queries if '"changesets_revision"."changed"' in q["sql"]]
+    assert len(walks) == 2, [q["sql"] for q in walks]
+
+
 def test_blame_of_an_emptied_object_and_an_empty_document(api, staff, namespace):
     key = EntityKey(NS, "item", "e")
     first = changeset_apply(
