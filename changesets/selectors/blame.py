@@ -20,6 +20,7 @@ from django.db.models.expressions import RawSQL
 from changesets import pointers
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, Revision
+from changesets.selectors import keys
 from entities.store import EntityKey
 
 # Revisions read per round trip while blame walks back.
@@ -118,27 +119,12 @@ def _touched(pointer: str, order: Sequence[str], found: dict[str, Blame]) -> Ite
         cut = pointer.rfind("/", 0, cut)
 
 
-# A revision touched one of the open leaves when a changed pointer is one of them or
-# an ancestor of one (an overlap of two small arrays), or lies inside one (the
-# emptied-object case): the relation :func:`_touched` tests, as a filter.
-_TOUCHING = (
-    "(changesets_revision.changed && %s::text[] OR EXISTS (SELECT 1 FROM"
-    " unnest(changesets_revision.changed) AS p WHERE p ^@ ANY(%s::text[])))"
-)
-
-
 def _touching(leaves: Sequence[str]) -> RawSQL:
-    """The filter that keeps the revisions :func:`_touched` would find a leaf in: a
-    superset never matters (the step just resolves nothing), a subset would be a
-    wrong answer, so it is exactly the same relation, on escaped pointers alike."""
-    exact: set[str] = set()
-    for leaf in leaves:
-        cut = len(leaf)
-        while cut > 0:  # the leaf and its ancestors, "/a/b" -> "/a/b", "/a"
-            exact.add(leaf[:cut])
-            cut = leaf.rfind("/", 0, cut)
-    inside = [leaf + "/" for leaf in leaves]
-    return RawSQL(_TOUCHING, [sorted(exact), inside], output_field=BooleanField())
+    """Keeps the revisions :func:`_touched` would find a leaf in: the key rule
+    (``keys.touching``) is the same relation. A superset would only cost steps that
+    resolve nothing; a subset would be a wrong answer."""
+    sql, params = keys.touching(leaves)
+    return RawSQL(sql, params, output_field=BooleanField())
 
 
 def _history(

@@ -175,3 +175,36 @@ def test_a_batch_wider_than_the_window_pages_without_repeats(small):
             break
         after = (rows[-1].seq, rows[-1].id)
     assert len(ids) == len(set(ids)) == 450
+
+
+SHAPES = ["/a", "/a/b", "/a/b/c", "/ab", "/a~1b", "/a~0", "/", "/a/", "/a//x", "//", "/b", "/é"]
+
+
+def test_the_walks_key_test_is_the_index_rule_on_every_pointer_shape():
+    """``keys.touching`` (what walks and blame test row by row) and
+    ``atlas_key_terms && atlas_key_query`` (what the GIN index answers) decide alike for
+    every key and every changed pointer, escaped pointers and empty members included,
+    and for several keys at once (blame's open leaves) as their union; both agree with
+    the rule as API.md words it."""
+    changed_sets = [[p] for p in SHAPES] + [["/a/b/c", "/b"], ["/", "/ab"], []]
+    with connection.cursor() as cursor:
+        for keyset in [[k] for k in SHAPES] + [["/a/b", "/b"], ["/a/", "//", "/é"]]:
+            sql, params = keys.touching(keyset)
+            index_rule = " OR ".join(
+                "atlas_key_terms('', 'ns', changesets_revision.changed)"
+                " && atlas_key_query('', 'ns', %s)"
+                for _ in keyset
+            )
+            for changed in changed_sets:
+                cursor.execute(
+                    f"SELECT ({index_rule}) IS TRUE, ({sql}) IS TRUE"
+                    " FROM (SELECT %s::text[] AS changed) AS changesets_revision",
+                    [*keyset, *params, changed],
+                )
+                by_index, by_walk = cursor.fetchone()
+                expected = any(
+                    p == k or p.startswith(k + "/") or k.startswith(p + "/")
+                    for p in changed
+                    for k in keyset
+                )
+                assert (by_index, by_walk) == (expected, expected), (keyset, changed)
