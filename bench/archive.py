@@ -330,7 +330,8 @@ def _measure(args: argparse.Namespace, archive_dir: str, filled: dict[str, float
     verify_log_s = _timed_command("verify_log", "--no-progress")
     return {
         "revisions": cut.revisions, "changesets": cut.changesets, "keys": filled["keys"],
-        "populate_s": filled["seconds"], "steps_s": steps, "segments": cut.segments.count(),
+        "populate_s": filled["seconds"], "batch": args.batch, "steps_s": steps,
+        "segments": cut.segments.count(),
         "segment_bytes": segment_bytes, "archived_row_bytes": archived_rows,
         "sizes": {"before": before, "after_removal": after, "after_vacuum": vacuumed},
         "writers": args.writers, "alone_ms": summary(alone), "during_ms": summary(during),
@@ -441,7 +442,10 @@ def _mib(value: float) -> str:
 
 
 def _report(r: dict, args: argparse.Namespace) -> str:
-    command = f"bench/archive.py --revisions {r['revisions']} --writers {r['writers']}"
+    command = (
+        f"bench/archive.py --revisions {args.revisions} --batch {args.batch}"
+        f" --writers {args.writers}"
+    )
     steps = r["steps_s"]
 
     def cell(at: str, name: str) -> str:
@@ -458,24 +462,28 @@ def _report(r: dict, args: argparse.Namespace) -> str:
     ]
     return "\n\n".join([
         header(command),
-        f"Written through the write service (in {r['populate_s']:.0f} s): batches of 100 ops"
+        f"Written through the write service (in {r['populate_s']:.0f} s): batches of"
+        f" {r.get('batch', 100):,} ops"
         f" over {r['keys']:,} keys; the first {r['revisions']:,} revisions"
         f" ({r['changesets']:,} changesets, 90%) cut in one go, the rest left hot for the"
         " reads below.",
         table(["step (its end)", "seconds"], [[k, v] for k, v in steps.items()]),
-        "(`removed` is the batched DELETE and what was left of the grace,"
+        "(`removed`: the revision partitions through the cut detached and dropped, the"
+        " changesets deleted in batches, and what was left of the grace,"
         " `ATLAS_ARCHIVE_GRACE_SECONDS`=5, after the read comparison made at the switch, whose"
         " time is left out.)",
         f"Segments: {r['segments']} files, {_mib(r['segment_bytes'])} gzipped NDJSON, for"
         f" {_mib(r['archived_row_bytes'])} of archived rows (`pg_column_size`, before TOAST"
         f" compression), {r['archived_row_bytes'] / max(r['segment_bytes'], 1):.1f}× smaller.",
         "Hot tables: rows, their own bytes (`pg_column_size`) / bytes on disk (heap +"
-        " indexes + TOAST, `pg_total_relation_size`). After the removal the tables hold the"
-        " writers' changesets of the run. Phase 1 removes rows by DELETE, so the files keep"
-        " their size until new rows reuse the space (a plain VACUUM makes it reusable);"
-        " phase 2 detaches partitions and returns it.",
+        " indexes + TOAST, `pg_total_relation_size`, summed over partitions). After the"
+        " removal the tables hold the writers' changesets of the run. Revisions go by"
+        " dropping whole partitions, which returns their space at once; changesets (not"
+        " partitioned) by batched DELETE, so their file keeps its size until new rows reuse"
+        " the space (a plain VACUUM makes it reusable).",
         table(["table", "before", "after removal", "after VACUUM"], hot),
-        f"{r['writers']} writer processes, single-entity changesets, ms per write:",
+        f"{r['writers']} writer process{'es' if r['writers'] != 1 else ''}, single-entity"
+        " changesets, ms per write:",
         table(["writers", "writes", "p50", "p99", "max"], lat),
         "Lock waits (`pg_stat_activity` and `pg_blocking_pids`, sampled every 10 ms): how"
         " often a backend waited for a lock, for how long its statement had run, and how"
@@ -511,10 +519,10 @@ def _report(r: dict, args: argparse.Namespace) -> str:
         ]),
         "(\"removed\": the same reads after the removal, writers stopped, not interleaved;"
         " at the switch the hot arm still skips the rows through the cut in its index.)",
-        "What this does not show yet: issue 21 asks for the cut at 10M revisions with"
-        " partitioned log tables (phase 2, docs/retention.md). The cut's cost is mostly Python"
-        " (member digests, JSON, gzip), linear in revisions: about 3,000 revisions/s per step"
-        " here, on 2 cores shared with the writers and other work.",
+        "The cut's cost is mostly Python (member digests, JSON, gzip), linear in"
+        f" revisions: {r['revisions'] / max(steps['written'], 1e-9):,.0f} revisions a second"
+        f" written and {r['revisions'] / max(steps['verified'], 1e-9):,.0f} read back and"
+        " verified here, on 2 cores shared with the writers.",
     ])  # fmt: skip
 
 
