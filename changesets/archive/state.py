@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+import sqlite3
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from changesets import chain
@@ -38,23 +39,68 @@ def row_line(row: Any, fields: list[Any] | None = None) -> tuple[tuple[str, str,
     return key, _canonical([*key, str(row.changeset_id), fields])
 
 
-def digest(lines: Iterable[tuple[tuple[str, str, str, int], str]]) -> str:
-    """The state digest over ``(sort key, line)`` pairs, in any order (sorted here)."""
+# Past this many keys (or lines, for a digest) the state moves from memory to a
+# temporary SQLite file: a line is a few hundred bytes of JSON and a Python tuple
+# around it, about 3 KB per live key in all (2.9 GB for a million keys in the
+# 10M-revision run of bench/archive.py), so memory is bounded by this, not by the
+# store's live keys.
+SPILL = 200_000
+
+
+def _spill_file() -> sqlite3.Connection:
+    """A private temporary SQLite database on disk (SQLite's empty file name: it is
+    deleted when the connection closes), with no journal and no fsync: a crash loses
+    a replay, which the next run makes again."""
+    db = sqlite3.connect("")
+    db.execute("PRAGMA journal_mode = OFF")
+    db.execute("PRAGMA synchronous = OFF")
+    db.execute("PRAGMA cache_size = -65536")  # 64 MiB of pages, the rest on disk
+    return db
+
+
+def _hash(lines: Iterable[str]) -> str:
     sha = hashlib.sha256(VERSION)
-    for _, line in sorted(lines):
+    for line in lines:
         sha.update(line.encode() + b"\n")
     return sha.hexdigest()
+
+
+def digest(lines: Iterable[tuple[tuple[str, str, str, int], str]]) -> str:
+    """The state digest over ``(sort key, line)`` pairs, in any order (sorted here,
+    in memory up to ``SPILL`` lines and in a temporary SQLite file past that)."""
+    held: list[tuple[tuple[str, str, str, int], str]] = []
+    db: sqlite3.Connection | None = None
+    for pair in lines:
+        held.append(pair)
+        if len(held) > SPILL:
+            if db is None:
+                db = _spill_file()
+                db.execute("CREATE TABLE l (ns TEXT, kind TEXT, slug TEXT, seq INTEGER, line TEXT)")
+            db.executemany("INSERT INTO l VALUES (?, ?, ?, ?, ?)", ((*k, t) for k, t in held))
+            held = []
+    if db is None:
+        return _hash(line for _, line in sorted(held))
+    try:
+        db.executemany("INSERT INTO l VALUES (?, ?, ?, ?, ?)", ((*k, t) for k, t in held))
+        # SQLite's BINARY collation compares UTF-8 bytes: code point order, as Python's.
+        rows = db.execute("SELECT line FROM l ORDER BY ns, kind, slug, seq")
+        return _hash(line for (line,) in rows)
+    finally:
+        db.close()
 
 
 class Replay:
     """The state at a cut, rolled forward revision by revision (baseline only).
 
     Holds per key the digest lines of its life's create and its newest
-    revision, so memory follows the number of live keys, not the log.
+    revision, so memory follows the number of live keys, not the log; past
+    ``SPILL`` keys they move to a temporary SQLite file, so it stops there.
     """
 
-    def __init__(self, rows: Iterable[Any] = ()) -> None:
+    def __init__(self, rows: Iterable[Any] = (), *, spill: int | None = None) -> None:
         self._keys: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._spill = SPILL if spill is None else spill
+        self._disk: _DiskState | None = None
         for row in sorted(rows, key=lambda r: int(r.seq)):
             self._apply(row)
 
@@ -65,23 +111,89 @@ class Replay:
     def _apply(self, row: Any, fields: list[Any] | None = None) -> None:
         key = (row.namespace, row.kind, row.slug)
         line = row_line(row, fields)
-        if row.op == "delete":
+        if self._disk is not None:
+            self._disk.apply(row.op, line)
+        elif row.op == "delete":
             self._keys.pop(key, None)
         elif row.op == "create" or key not in self._keys:
             self._keys[key] = (line, line)
+            if len(self._keys) > self._spill:
+                self._disk = _DiskState(self._keys)
+                self._keys = {}
         else:
             self._keys[key] = (self._keys[key][0], line)
 
-    def lines(self) -> list[tuple[tuple[str, str, str, int], str]]:
-        out = []
+    def lines(self) -> Iterator[tuple[tuple[str, str, str, int], str]]:
+        if self._disk is not None:
+            yield from self._disk.lines()
+            return
         for create, newest in self._keys.values():
-            out.append(create)
+            yield create
             if newest[0] != create[0]:
-                out.append(newest)
-        return out
+                yield newest
 
     def digest(self) -> str:
+        if self._disk is not None:
+            return _hash(line for _, line in self._disk.lines())  # already in order
         return digest(self.lines())
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._disk) if self._disk is not None else len(self._keys)
+
+
+class _DiskState:
+    """:class:`Replay`'s keys in a temporary SQLite table, the same rules as the dict:
+    a delete drops the key, a create (or a key not held) holds its line twice, any
+    other op replaces the newest line. Ops are buffered and run in order, a run of
+    one kind per statement."""
+
+    _SQL = {
+        "delete": "DELETE FROM k WHERE ns = ? AND kind = ? AND slug = ?",
+        "create": "INSERT OR REPLACE INTO k VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "other": (
+            "INSERT INTO k VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ns, kind, slug)"
+            " DO UPDATE SET nseq = excluded.nseq, nline = excluded.nline"
+        ),
+    }
+
+    def __init__(self, held: dict[tuple[str, str, str], tuple[Any, Any]]) -> None:
+        self._db = _spill_file()
+        self._db.execute(
+            "CREATE TABLE k (ns TEXT, kind TEXT, slug TEXT, cseq INTEGER, cline TEXT,"
+            " nseq INTEGER, nline TEXT, PRIMARY KEY (ns, kind, slug)) WITHOUT ROWID"
+        )
+        self._db.executemany(
+            "INSERT INTO k VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ((*key, c[0][3], c[1], n[0][3], n[1]) for key, (c, n) in held.items()),
+        )
+        self._kind = ""
+        self._pending: list[tuple[Any, ...]] = []
+
+    def apply(self, op: str, line: tuple[tuple[str, str, str, int], str]) -> None:
+        (ns, kind, slug, seq), text = line
+        what = op if op in ("delete", "create") else "other"
+        if what != self._kind or len(self._pending) >= 5000:
+            self._flush()
+            self._kind = what
+        row = (ns, kind, slug) if what == "delete" else (ns, kind, slug, seq, text, seq, text)
+        self._pending.append(row)
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._db.executemany(self._SQL[self._kind], self._pending)
+            self._pending = []
+
+    def lines(self) -> Iterator[tuple[tuple[str, str, str, int], str]]:
+        """Every line in digest order: by key (SQLite's BINARY collation compares UTF-8
+        bytes, i.e. code points, as Python does), the create before the newest."""
+        self._flush()
+        for ns, kind, slug, cseq, cline, nseq, nline in self._db.execute(
+            "SELECT * FROM k ORDER BY ns, kind, slug"
+        ):
+            yield (ns, kind, slug, cseq), cline
+            if nseq != cseq:
+                yield (ns, kind, slug, nseq), nline
+
+    def __len__(self) -> int:
+        self._flush()
+        return int(self._db.execute("SELECT count(*) FROM k").fetchone()[0])
