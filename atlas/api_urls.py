@@ -18,7 +18,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("changesets.api.feed_urls")),
     path("", include("branches.api.urls")),
     # Last: whatever nothing above matched is a problem+json 404, DEBUG on or off.
-    re_path(r"^(?P<rest>.*)$", unknown_api_path),
+    re_path(r"^.*$", unknown_api_path),
 ]
 
 urlpatterns = [

@@ -240,11 +240,11 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
     """Problem+json under /api/; Django's own page for the admin and the rest."""
     if not request.path.startswith("/api/"):
         return defaults.page_not_found(request, exception or Http404())
-    return _plain_problem(request, atlas.NotFound("No such resource."))
+    return unknown_api_path(request)
 
 
 @csrf_exempt
-def unknown_api_path(request: HttpRequest, rest: str = "") -> JsonResponse:
+def unknown_api_path(request: HttpRequest) -> JsonResponse:
     """The last route under ``api/v1/``: any path nothing else matched, any method.
 
     ``handler404`` alone is not enough: with ``DEBUG`` on (``make run``) Django
