@@ -27,4 +27,8 @@ urlpatterns = [
     # The split view serves its start-up script as a file (?script), so the page has no
     # inline script and runs under the Content-Security-Policy (script-src 'self').
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
+    # Beside api/v1/ too (/api/nope, /api/v2/...): a client's wrong prefix or version
+    # gets problem+json, not Django's HTML page when DEBUG is on. api/schema and
+    # api/docs without their slash are left unmatched, so APPEND_SLASH redirects them.
+    re_path(r"^api/(?!(?:schema|docs)$).*$", unknown_api_path),
 ]

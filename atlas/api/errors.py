@@ -245,7 +245,8 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
 
 @csrf_exempt
 def unknown_api_path(request: HttpRequest) -> JsonResponse:
-    """The last route under ``api/v1/``: any path nothing else matched, any method.
+    """The last route under ``api/v1/`` and under ``api/``: any path nothing else matched,
+    any method.
 
     ``handler404`` alone is not enough: with ``DEBUG`` on (``make run``) Django
     answers an unresolved URL with its HTML debug page and never calls it, and a

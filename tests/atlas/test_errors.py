@@ -414,12 +414,23 @@ def test_unknown_url_under_api_is_404_problem_json(api, path):
 
 @override_settings(DEBUG=True)
 @pytest.mark.parametrize("method", ["get", "post", "put", "delete"])
-def test_unknown_url_under_api_is_problem_json_with_debug_on(api, method):
+@pytest.mark.parametrize(
+    "path", [f"{API}/entities/acme.orders/event/x/nope", "/api/nope", "/api/v2/entities"]
+)
+def test_unknown_url_under_api_is_problem_json_with_debug_on(api, method, path):
     """``make run`` serves with DEBUG on, where Django answers an unresolved URL with its
     HTML debug page and never calls ``handler404``; a typo in an API path must still get
-    problem+json (and so must a host project, whose own ``handler404`` is not Atlas's)."""
-    body = assert_problem(getattr(api, method)(f"{API}/entities/acme.orders/event/x/nope"), 404)
-    assert body["instance"] == f"{API}/entities/acme.orders/event/x/nope"
+    problem+json (and so must a host project, whose own ``handler404`` is not Atlas's),
+    under ``/api/v1/`` and beside it (a wrong version, a missing one)."""
+    body = assert_problem(getattr(api, method)(path), 404)
+    assert body["instance"] == path
+
+
+@pytest.mark.parametrize("path", ["/api/schema", "/api/docs"])
+def test_the_schema_and_docs_without_their_slash_still_redirect(client, path):
+    response = client.get(path)
+    assert response.status_code == 301
+    assert response["Location"] == f"{path}/"
 
 
 @override_settings(DEBUG=True)
