@@ -28,7 +28,7 @@ help:
 	@echo "make clean     remove caches and collected static files (keeps $(VENV) and data)"
 	@echo "make browser   install Debian's chromium for the e2e admin tests (as root; never fails)"
 	@echo "make pgbouncer install Debian's pgbouncer for the transaction-pooling tests (as root; never fails)"
-	@echo "make bench     benchmarks vs the peers (installs bench/requirements.txt; ~30 min)"
+	@echo "make bench     benchmarks vs the peers (installs bench/requirements.txt; ~40 min)"
 	@echo "make bench-smoke  the same suite at CI size (a minute or two; scratch output)"
 
 venv: $(STAMP)
