@@ -95,14 +95,36 @@ class Replay:
     Holds per key the digest lines of its life's create and its newest
     revision, so memory follows the number of live keys, not the log; past
     ``SPILL`` keys they move to a temporary SQLite file, so it stops there.
+    ``rows`` (a previous cut's state rows) may come in any order and are read
+    one at a time, so a second cut's start is bounded the same way.
     """
 
     def __init__(self, rows: Iterable[Any] = (), *, spill: int | None = None) -> None:
         self._keys: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self._spill = SPILL if spill is None else spill
         self._disk: _DiskState | None = None
-        for row in sorted(rows, key=lambda r: int(r.seq)):
-            self._apply(row)
+        for row in rows:
+            self._seed(row)
+
+    def _seed(self, row: Any) -> None:
+        """One row of a previous cut's state, in any order: a key's rows there are its
+        life's create and its newest revision, so the lower seq is the create and the
+        higher the newest, and no sort (of every state row in memory) is needed."""
+        key = (row.namespace, row.kind, row.slug)
+        line = row_line(row)
+        if self._disk is not None:
+            self._disk.seed(line)
+            return
+        held = self._keys.get(key)
+        if held is None:
+            self._hold(key, line)
+        else:
+            create, newest = held
+            seq = line[0][3]
+            self._keys[key] = (
+                line if seq < create[0][3] else create,
+                line if seq > newest[0][3] else newest,
+            )
 
     def apply(self, revision: Any, fields: list[Any] | None = None) -> None:
         if revision.branch == BASELINE:
@@ -116,12 +138,16 @@ class Replay:
         elif row.op == "delete":
             self._keys.pop(key, None)
         elif row.op == "create" or key not in self._keys:
-            self._keys[key] = (line, line)
-            if len(self._keys) > self._spill:
-                self._disk = _DiskState(self._keys)
-                self._keys = {}
+            self._hold(key, line)
         else:
             self._keys[key] = (self._keys[key][0], line)
+
+    def _hold(self, key: tuple[str, str, str], line: Any) -> None:
+        """A key's life starts at ``line``; past ``spill`` keys, everything moves to disk."""
+        self._keys[key] = (line, line)
+        if len(self._keys) > self._spill:
+            self._disk = _DiskState(self._keys)
+            self._keys = {}
 
     def lines(self) -> Iterator[tuple[tuple[str, str, str, int], str]]:
         if self._disk is not None:
@@ -154,6 +180,15 @@ class _DiskState:
             "INSERT INTO k VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ns, kind, slug)"
             " DO UPDATE SET nseq = excluded.nseq, nline = excluded.nline"
         ),
+        # A previous cut's row, in any order (Replay._seed): the lower seq is the create.
+        # SQLite evaluates every SET expression against the row before the update.
+        "seed": (
+            "INSERT INTO k VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ns, kind, slug) DO UPDATE SET"
+            " cseq = min(cseq, excluded.cseq),"
+            " cline = CASE WHEN excluded.cseq < cseq THEN excluded.cline ELSE cline END,"
+            " nseq = max(nseq, excluded.nseq),"
+            " nline = CASE WHEN excluded.nseq > nseq THEN excluded.nline ELSE nline END"
+        ),
     }
 
     def __init__(self, held: dict[tuple[str, str, str], tuple[Any, Any]]) -> None:
@@ -177,6 +212,13 @@ class _DiskState:
             self._kind = what
         row = (ns, kind, slug) if what == "delete" else (ns, kind, slug, seq, text, seq, text)
         self._pending.append(row)
+
+    def seed(self, line: tuple[tuple[str, str, str, int], str]) -> None:
+        (ns, kind, slug, seq), text = line
+        if self._kind != "seed" or len(self._pending) >= 5000:
+            self._flush()
+            self._kind = "seed"
+        self._pending.append((ns, kind, slug, seq, text, seq, text))
 
     def _flush(self) -> None:
         if self._pending:
