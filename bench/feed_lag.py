@@ -296,8 +296,11 @@ def main() -> None:
             "Commit-to-receipt lag through a real worker (`celery worker --concurrency=2`,"
             f" broker {'Redis 127.0.0.1:6379/9' if use_redis else 'filesystem'}), a"
             " subscription to a receiver on 127.0.0.1, single-entity writes through the"
-            " service (the worker's journal relay, woken by NOTIFY at commit, lingers"
-            " 10 ms and enqueues → journal batch task → pump task → signed POST):",
+            " service (the worker's journal relay, woken by NOTIFY at commit, waits 10 ms"
+            " after a quiet spell and until 50 ms after its last pass while commits stream"
+            " in (`ATLAS_JOURNAL_RELAY_LINGER_MS`, `ATLAS_JOURNAL_RELAY_STREAM_LINGER_MS`),"
+            " publishes the batch and wakes the subscription's pump → pump task → signed"
+            " POST):",
             "",
             table(
                 ["writes", "p50 ms", "p95 ms", "p99 ms", "max ms", "received", "POSTs"],
