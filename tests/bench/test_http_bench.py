@@ -171,6 +171,38 @@ def test_throughput_counts_the_drain_and_targets_judge_each_block(bench, report_
     assert all(r["met"] for r in rows), rows  # 73% ≥ 60%, 0.06 s of writes, 1.25×
 
 
+def test_rounds_are_judged_on_the_median_of_their_own_ratios(bench, report_mod):
+    """``--rounds``: every round runs plain, Atlas, Atlas, plain at each client count,
+    and a target is judged on the median of the rounds' ratios, so one disturbed
+    round (here the second: plain ran fast while Atlas was slowed) moves its round,
+    not the verdict, as pooling every block would."""
+    throughput = importlib.import_module("http_throughput")
+    cpu, total = _cpu(0.5, 0.0, 0.2, 0.1)
+    cpu |= {"redis": 0.0, "machine": total}
+    # Per round: (plain PUTs per block, Atlas PUTs per block), 1 s blocks, no drain.
+    rounds = iter([(100, 80), (300, 60), (100, 78)])
+    order: list[tuple[str, int]] = []
+
+    class FakeRunner:
+        def block(self, impl, clients, seconds):
+            order.append((impl, clients))
+            if impl == "plain" and len([o for o in order if o[0] == "plain"]) % 2 == 1:
+                self.pair = next(rounds)
+            ok = self.pair[0] if impl == "plain" else self.pair[1]
+            return _block(impl, ok, 1.0, 0.0, 0, cpu)
+
+    results = throughput.run_blocks(FakeRunner(), [1], 1.0, rounds=3)
+    assert order == [("plain", 1), ("atlas", 1), ("atlas", 1), ("plain", 1)] * 3
+    pairs = results["atlas"][1]["pairs"]
+    assert [round(p["share"], 2) for p in pairs] == [0.8, 0.2, 0.78]
+    pooled = results["atlas"][1]["sustained"] / results["plain"][1]["sustained"]
+    assert pooled == pytest.approx(218 / 500)  # 44%: the disturbed round dominates
+    [share, _, cpu_row] = report_mod.targets(results, [1], False)
+    assert share["met"], share  # the median round: 78%
+    assert share["value"].startswith("78% (median of 3 rounds, 20%–80%")
+    assert cpu_row["met"] and "median of 3 rounds" in cpu_row["value"]
+
+
 def test_the_run_leaves_no_redis_queue_behind(stack_mod):
     if not stack_mod.redis_reachable():
         pytest.skip("REDIS NOT RUNNING at 127.0.0.1:6379: the queue cleanup is not checked")
