@@ -29,17 +29,22 @@ def backlog_seconds(block: dict[str, Any]) -> float:
     return block["backlog_end"] / block["in_block"] if block["in_block"] else float("inf")
 
 
+def round_ratios(atlas: dict[str, Any], plain: dict[str, Any]) -> dict[str, float]:
+    """Atlas/plain throughput over block + drain and CPU per PUT, of one round's
+    aggregates (or of all blocks pooled)."""
+    return {
+        "share": atlas["sustained"] / plain["sustained"],
+        "cpu": atlas["cpu_ms_per_put"]["whole machine"] / plain["cpu_ms_per_put"]["whole machine"],
+        "atlas": atlas["sustained"],
+        "plain": plain["sustained"],
+    }
+
+
 def paired(atlas: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
     """The ratios a verdict rests on: the median of the rounds' own ratios (each round
     pairs blocks a minute apart), with their range; one round is just its ratio.
     Results stored before rounds existed have no ``pairs``: their pooled ratio."""
-    pairs = atlas.get("pairs") or [
-        {
-            "share": atlas["sustained"] / plain["sustained"],
-            "cpu": atlas["cpu_ms_per_put"]["whole machine"]
-            / plain["cpu_ms_per_put"]["whole machine"],
-        }
-    ]
+    pairs = atlas.get("pairs") or [round_ratios(atlas, plain)]
     shares, cpus = [x["share"] for x in pairs], [x["cpu"] for x in pairs]
     return {
         "rounds": len(pairs),

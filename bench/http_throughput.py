@@ -49,7 +49,7 @@ from _http_load import (
     newest_seq,
     subscription_behind,
 )
-from _http_report import main_section, sustained_section, targets, verdict
+from _http_report import main_section, round_ratios, sustained_section, targets, verdict
 from _setup import setup, write_section
 from _stack import Broker, Receiver, Stack, choose_broker
 
@@ -170,16 +170,6 @@ def describe(b: dict[str, Any], impl: str) -> str:
     if b["errors"]:
         text += f", {len(b['errors'])} errors"
     return text
-
-
-def round_ratios(atlas: dict[str, Any], plain: dict[str, Any]) -> dict[str, float]:
-    """One round's pair: Atlas/plain throughput over block + drain, and CPU per PUT."""
-    return {
-        "share": atlas["sustained"] / plain["sustained"],
-        "cpu": atlas["cpu_ms_per_put"]["whole machine"] / plain["cpu_ms_per_put"]["whole machine"],
-        "atlas": atlas["sustained"],
-        "plain": plain["sustained"],
-    }
 
 
 def run_sustained(runner: Runner, clients: int, seconds: float) -> dict[str, Any]:

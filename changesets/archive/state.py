@@ -205,20 +205,19 @@ class _DiskState:
         self._pending: list[tuple[Any, ...]] = []
 
     def apply(self, op: str, line: tuple[tuple[str, str, str, int], str]) -> None:
+        self._queue(op if op in ("delete", "create") else "other", line)
+
+    def seed(self, line: tuple[tuple[str, str, str, int], str]) -> None:
+        self._queue("seed", line)
+
+    def _queue(self, what: str, line: tuple[tuple[str, str, str, int], str]) -> None:
+        """Buffer one op of kind ``what``; a change of kind runs the buffered ones first."""
         (ns, kind, slug, seq), text = line
-        what = op if op in ("delete", "create") else "other"
         if what != self._kind or len(self._pending) >= 5000:
             self._flush()
             self._kind = what
         row = (ns, kind, slug) if what == "delete" else (ns, kind, slug, seq, text, seq, text)
         self._pending.append(row)
-
-    def seed(self, line: tuple[tuple[str, str, str, int], str]) -> None:
-        (ns, kind, slug, seq), text = line
-        if self._kind != "seed" or len(self._pending) >= 5000:
-            self._flush()
-            self._kind = "seed"
-        self._pending.append((ns, kind, slug, seq, text, seq, text))
 
     def _flush(self) -> None:
         if self._pending:
