@@ -144,10 +144,10 @@ def revisions_of(changeset: Changeset) -> QuerySet[Revision]:
 
     The revision table is partitioned by ``seq``: with the seq in the predicate
     a read touches the one partition that holds the changeset (by
-    ``revision_seq_entity``, ``seq`` first, or ``revision_changeset``; the
-    planner picks), where by ``changeset_id`` alone it would probe every
-    partition's index. A changeset has exactly one seq, which its revisions copy
-    (``verify_log`` checks the copy).
+    ``revision_seq_entity``, ``seq`` first), where by ``changeset_id`` alone it
+    would scan every partition (no index leads with it since migration 0031).
+    A changeset has exactly one seq, which its revisions copy (``verify_log``
+    checks the copy).
     """
     return Revision.objects.filter(seq=changeset.seq, changeset_id=changeset.id)
 

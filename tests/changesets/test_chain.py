@@ -189,8 +189,14 @@ def _tamper(rng: random.Random) -> str:
             )
             return "revision at"
         if choice == 8:
+            # Moved to another changeset's seq (the foreign key, migration 0031,
+            # refuses a seq no changeset has), one that has no revision of its key.
             cursor.execute(
-                "UPDATE changesets_revision SET seq = seq + 1000"
+                "UPDATE changesets_revision r SET seq = ("
+                "  SELECT c.seq FROM changesets_changeset c WHERE c.seq <> r.seq"
+                "  AND NOT EXISTS (SELECT 1 FROM changesets_revision o WHERE o.seq = c.seq"
+                "   AND (o.namespace, o.kind, o.slug) = (r.namespace, r.kind, r.slug))"
+                "  ORDER BY random() LIMIT 1)"
                 " WHERE id = (SELECT id FROM changesets_revision ORDER BY random() LIMIT 1)"
             )
             return "revision seq"

@@ -420,6 +420,38 @@ def test_the_database_refuses_a_second_revision_of_an_entity_in_one_changeset(
         cursor.execute(copy.format(slug="'b'"))
 
 
+def test_the_database_refuses_a_revision_of_no_changeset(writer, namespace, write):
+    """Every revision belongs to a changeset, in PostgreSQL too: the foreign key
+    ``revision_changeset_seq`` (migration 0031) names it by the seq the revision
+    copies. Deferred like Django's keys, so checked here at once."""
+    write(writer, f"{NS}/order/a", {"n": 1})
+    write(writer, f"{NS}/order/a", {"n": 2})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = 'changesets_revision'::regclass AND contype = 'f'"
+        )
+        key = "FOREIGN KEY (seq) REFERENCES changesets_changeset(seq)"
+        assert cursor.fetchall() == [(f"{key} DEFERRABLE INITIALLY DEFERRED",)]
+        cursor.execute("SELECT max(seq) FROM changesets_changeset")
+        (last,) = cursor.fetchone()
+    # A copy of the first write's revision at the next seq (no changeset has it
+    # yet; its partition exists), then at the second write's (which exists).
+    copy = (
+        "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace, kind, slug,"
+        " op, undo, undo_gone, after, before_version, after_version, changed)"
+        " SELECT changeset_id, %s, branch, at, namespace, kind, 'b', op, undo, undo_gone,"
+        " after, before_version, after_version, changed FROM changesets_revision WHERE seq = %s"
+    )
+    refused = pytest.raises(IntegrityError, match="revision_changeset_seq")
+    with refused, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute(copy, [last + 1, last - 1])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute(copy, [last, last - 1])
+
+
 def test_create_then_update_in_one_batch_is_one_create(writer, namespace):
     result = apply(writer, PutOp(A, {"n": 1}), PatchOp(A, {"m": 2}))
 
