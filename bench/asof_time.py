@@ -46,8 +46,10 @@ BUSY, RARE, OTHER = "bench.t.busy", "bench.t.rare", "bench.t.other"
 START = datetime(2024, 1, 1, tzinfo=UTC)
 NOTE = (
     "Reading it: the plans are the evidence (EXPLAIN (ANALYZE, BUFFERS), warm: the last of "
-    "three runs). For a superuser the resolution is two seeks (`changeset_at_seq` backward "
-    "from the time, then the seq index), 8 buffers at any depth (a B-tree descent each). "
+    "three runs). For a superuser the resolution is a bisection of seq (`atlas_seq_bound`, "
+    "migration 0032: a probe of the seq index and its row per step, about 20 steps at a "
+    "million; before 0032 one seek on `changeset_at_seq`), then a step back on the seq "
+    "index; the function's probes count in the plan's buffers. "
     "For a scoped reader, the window arm reads the 200 baseline changesets nearest the "
     "time (about 16 buffers) and stops there when one of them is readable; a reader none of whose "
     "namespaces is in that window (here the rare-only reader: `bench.t.rare` is one "

@@ -115,9 +115,9 @@ class Changeset(AppendOnlyModel):
         # Ascending on seq, read backwards for "newest first": seq only rises, so
         # every insert lands on the rightmost leaf and pages fill to the fillfactor
         # (a descending index fills its leftmost leaf, which splits half-empty).
-        # ``changeset_at_seq`` turns a time into the seq boundary it stands for
-        # (``changesets.selectors.timebound``): ``at`` never runs backwards in seq
-        # order, so "at <= T" is a prefix of the log and one seek finds its end.
+        # A time becomes the seq boundary it stands for by bisecting seq
+        # (``atlas_seq_bound``, migration 0032): ``at`` never runs backwards in seq
+        # order, so "at <= T" is a prefix of the log; no index on ``at``.
         indexes = [
             # Branch changesets only (issue 16, migration 0028): baseline is almost
             # every changeset, and its newest-first pages read the seq index
@@ -127,7 +127,6 @@ class Changeset(AppendOnlyModel):
                 fields=["branch", "seq"], condition=~Q(branch=BASELINE), name="changeset_branch_seq"
             ),
             models.Index(fields=["author_name", "seq"], name="changeset_author_seq"),
-            models.Index(fields=["at", "seq"], name="changeset_at_seq"),
             GinIndex(fields=["namespaces"], name="changeset_namespaces"),
             # A rare rpc's newest changesets are a seek here; a common one's are
             # dense in the seq index, read backwards (issue 18).

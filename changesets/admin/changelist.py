@@ -10,7 +10,7 @@
   branch names come off ``changeset_branch_seq``, which holds branch changesets
   only (baseline is asked for apart); filtering by baseline reads the seq index
   backwards, by a branch seeks that index;
-- until: a typed day, resolved to a seq bound by one seek on ``changeset_at_seq``
+- until: a typed day, resolved to a seq bound by bisecting seq (``seq_upto``)
   (the date hierarchy is gone: its ``MIN(at)`` under a filter walked the ``at``
   index from the oldest end).
 """
@@ -163,7 +163,7 @@ class BranchFilter(_DistinctFilter):
 class UntilFilter(TypedFilter):
     """Changesets up to the end of a day (the site's time zone), newest first.
 
-    The day resolves to the last seq at or before its end by one seek
+    The day resolves to the last seq at or before its end by bisecting seq
     (``seq_upto``), so an old day costs what today costs.
     """
 

@@ -117,7 +117,8 @@ def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> C
 
 
 # ``as_of_time`` for a caller who reads only some namespaces, in one statement:
-# ``b`` is the time's seq boundary (one seek on ``changeset_at_seq``); ``near``
+# ``b`` is the time's seq boundary (``atlas_seq_bound``, a bisection of seq:
+# ``changesets.selectors.log.seq_upto``); ``near``
 # reads the newest ``window`` baseline changesets at or before it, walking the seq
 # index back from there (skipping the few branch changesets: ``changeset_branch_seq``
 # holds only those), where a caller reading anything busy finds one. Only
@@ -130,8 +131,7 @@ def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> C
 # 0028, the narrower seq index made that look cheap).
 _AS_OF_TIME_SCOPED = """
 WITH b AS MATERIALIZED (
-    SELECT seq FROM changesets_changeset
-    WHERE at <= %(at)s ORDER BY at DESC, seq DESC LIMIT 1
+    SELECT atlas_seq_bound(%(at)s::timestamptz, true) AS seq
 ), near AS MATERIALIZED (
     SELECT seq, namespaces FROM changesets_changeset
     WHERE branch = '' AND seq <= (SELECT seq FROM b) ORDER BY seq DESC LIMIT %(window)s

@@ -5,13 +5,15 @@ namespace busy, one rare, some on a branch): resolving a time two years deep
 must read a handful of rows, for a superuser and for a caller who reads only
 the rare namespace, and so must ``/changesets?until=<old>``. EXPLAIN ANALYZE
 is the evidence: no sequential scan, and few rows read or removed by a filter.
-A later migration that loses ``changeset_at_seq`` or the ascending seq indexes
-fails here.
+The boundary itself is a bisection of seq (``atlas_seq_bound``, migration
+0032), which EXPLAIN does not see into: its buffer count is the evidence there.
+A later migration that loses it or the ascending seq indexes fails here.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -170,6 +172,59 @@ def test_until_and_since_pages_are_seeks(seeded):
     # The first row of ``until`` is the last changeset at or before it.
     [newest] = changeset_list(namespaces=None, until=old, limit=1)
     assert newest.seq == Changeset.objects.filter(at__lte=old).order_by("-seq")[0].seq
+
+
+def _bound(at: datetime, *, upper: bool) -> int | None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT atlas_seq_bound(%s::timestamptz, %s)", [at, upper])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_the_time_boundary_is_the_brute_forced_one_across_gaps_and_ties(db, trial):
+    """Against the definition (the highest seq at or before T; the lowest at or
+    after), on a log with gaps in seq (an archive cut's removal, lost seqs) and
+    many changesets in one instant, at times before, between, on and after."""
+    rng = random.Random(trial)
+    assert _bound(START, upper=True) is None and _bound(START, upper=False) is None
+    rows, seq, at = [], 0, START
+    for _ in range(rng.choice([1, 2, 7, 300])):
+        seq += rng.choice([1, 1, 1, 2, 50])
+        at += timedelta(milliseconds=rng.choice([0, 0, 1, 5, 1000]))
+        rows.append((seq, at))
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO changesets_changeset (id, seq, author_name, at, message, comment,"
+            " branch, rpc, op_count, namespaces) VALUES (gen_random_uuid(), %s, 'seed', %s,"
+            " '', '', '', 'PutEntity', 1, ARRAY['x']::varchar[])",
+            rows,
+        )
+    times = {t for _, t in rows} | {START - timedelta(days=1), at + timedelta(days=1)}
+    times |= {t + timedelta(microseconds=d) for _, t in rows for d in (-1, 1)}
+    for t in sorted(times):
+        at_or_before = [s for s, a in rows if a <= t]
+        at_or_after = [s for s, a in rows if a >= t]
+        assert _bound(t, upper=True) == (max(at_or_before) if at_or_before else None), t
+        assert _bound(t, upper=False) == (min(at_or_after) if at_or_after else None), t
+
+
+@pytest.mark.parametrize("depth", DEPTHS)
+def test_the_time_boundary_reads_a_logarithm_of_the_log(seeded, depth):
+    """A bisection: about log2(120,000) = 17 probes of the seq index and their rows,
+    a few blocks each, at any depth; a walk of the log would read thousands.
+    (The function's statements count in the calling node's buffers.)"""
+    at = START + timedelta(seconds=int(ROWS * (1 - depth)), milliseconds=400)
+    for upper in (True, False):
+        _bound(at, upper=upper)  # the function's first call in a session reads the catalog
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT atlas_seq_bound(%s, %s)",
+                [at, upper],
+            )
+            raw = cursor.fetchone()[0]
+        plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+        blocks = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+        assert 0 < blocks <= 120, (depth, upper, blocks)  # about 60 here
 
 
 # --- resolve once per traversal ----------------------------------------------------------------
