@@ -327,3 +327,11 @@ def drop_secondary(cursor, table: str) -> list[str]:
         for name, definition, kind in sorted(constraints, key=lambda c: c[2] == "f")
     ]
     return recreate
+
+
+def drop_for_load(cursor, tables: tuple[str, ...]) -> list[str]:
+    """:func:`drop_secondary` over ``tables``; the statements that recreate them, every
+    foreign key last: a key may name another table's unique constraint (the revision's
+    goes by the changeset's seq, migration 0031)."""
+    recreate = [statement for table in tables for statement in drop_secondary(cursor, table)]
+    return sorted(recreate, key=lambda statement: " FOREIGN KEY " in statement)

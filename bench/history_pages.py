@@ -38,7 +38,7 @@ import history_vs_peers as hvp
 from _common import (
     bench_env,
     database,
-    drop_secondary,
+    drop_for_load,
     header,
     image,
     peers_available,
@@ -73,8 +73,7 @@ def populate(cursor, total: int) -> float:
     recreate: list[str] = []
     cursor.execute("SELECT count(*) FROM changesets_revision")
     if cursor.fetchone()[0] == 0:  # a fresh database: bulk-load, then index
-        for table in BULK_TABLES:
-            recreate += drop_secondary(cursor, table)
+        recreate = drop_for_load(cursor, BULK_TABLES)
     cursor.execute("SELECT seq FROM changesets_loghead WHERE id = 1 FOR UPDATE")
     base = cursor.fetchone()[0]
     cursor.execute(

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import drop_secondary
+from _common import drop_for_load
 
 PEERS = ("django-simple-history", "django-reversion", "django-pghistory")
 # Each peer's live table: its rows (namespace = the Atlas namespace) mark a finished load.
@@ -68,9 +68,7 @@ def _bulk(cursor, tables: tuple[str, ...], load: Callable[[], None]) -> tuple[fl
 
     Returns (load seconds, rebuild seconds)."""
     started = time.perf_counter()
-    recreate: list[str] = []
-    for name in tables:
-        recreate += drop_secondary(cursor, name)
+    recreate = drop_for_load(cursor, tables)
     load()
     loaded = time.perf_counter()
     for statement in recreate:
