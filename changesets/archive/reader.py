@@ -15,14 +15,18 @@ from typing import Any
 
 from django.db import connection
 
+from changesets.models import MESSAGE_SQL
+
 # Changesets per statement, and about how many revisions a chunk may hold.
 CHUNK = 500
 REVISION_BUDGET = 5_000
 
 # The hashes as their hex text, what the chain and the segment files use (the
-# columns store the bytes: ``changesets.fields.ChainHashField``).
+# columns store the bytes: ``changesets.fields.ChainHashField``); the message as
+# the changeset reads it (NULL stored means the rule's: ``changesets.models``).
 CHANGESET_COLUMNS = (
-    "id, seq, author_name, at, message, comment, branch, rpc, op_count, namespaces,"
+    f"id, seq, author_name, at, {MESSAGE_SQL} AS message, comment, branch, rpc, op_count,"
+    " namespaces,"
     " encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash, metadata, context,"
     " encode(v1_hash, 'hex') AS v1_hash"
 )

@@ -35,7 +35,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from changesets import chain, provenance
-from changesets.models import Changeset
+from changesets.models import Changeset, default_message
 from changesets.services.netchange import NetChange
 from entities.store import WriteSql, json_array
 
@@ -51,11 +51,13 @@ _AT = (
 _PREV = f"COALESCE(hash, decode('{chain.GENESIS}', 'hex'))"
 _PREV_HEX = f"COALESCE(encode(hash, 'hex'), '{chain.GENESIS}')"
 
+# No message: it is always the rule's (``changesets.models.default_message``), so the
+# row leaves it NULL and reads fill it in (migration 0033).
 _CHANGESET = (
     " c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
-    " message, comment, branch, rpc, op_count, namespaces, prev_hash, hash, metadata, context)"
+    " comment, branch, rpc, op_count, namespaces, prev_hash, hash, metadata, context)"
     " SELECT %(id)s::uuid, h.seq, %(author)s::int, %(author_name)s::text, h.at,"
-    " %(message)s::text, %(comment)s::text, %(branch)s::text, %(rpc)s::text,"
+    " %(comment)s::text, %(branch)s::text, %(rpc)s::text,"
     " %(op_count)s::int, %(namespaces)s::varchar[], h.prev_hash, h.hash,"
     " %(metadata)s::jsonb, %(context)s::jsonb FROM h),"
 )
@@ -154,7 +156,6 @@ def params(
             "id": cs.id,
             "author": cs.author_id,
             "author_name": cs.author_name,
-            "message": cs.message,
             "comment": cs.comment,
             "branch": cs.branch,
             "rpc": cs.rpc,
@@ -217,7 +218,7 @@ def new_changeset(
         "author_id": author.pk if author is not None else None,
         "author_name": actor.get_username(),
         "at": None,
-        "message": f"{rpc}: {len(changes)} change(s)",
+        "message": default_message(rpc, len(changes)),
         "comment": comment or "",
         "branch": branch,
         "rpc": rpc,

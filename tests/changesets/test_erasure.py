@@ -337,8 +337,10 @@ def _tamper_not_erased(rng: random.Random) -> str:
             return field
         if choice == 4:  # a changeset's fields
             field = rng.choice(["author_name", "comment", "message"])
+            # A stored NULL message reads as the rule's text (migration 0033): any
+            # text put there instead is an edit.
             cursor.execute(
-                f"UPDATE changesets_changeset SET {field} = {field} || 'x'"
+                f"UPDATE changesets_changeset SET {field} = COALESCE({field}, '') || 'x'"
                 " WHERE id = (SELECT id FROM changesets_changeset ORDER BY random() LIMIT 1)"
             )
             return field

@@ -230,3 +230,42 @@ def test_published_journal_entries_go_in_batches_and_outstanding_ones_stay(
     options, indexes = journal_table()
     assert options == [] and "journal_failed" in indexes
     migrate(latest())
+
+
+BEFORE_DERIVED_MESSAGE = [("changesets", "0032_time_bound_by_search")]
+
+
+def _stored_messages() -> list[tuple[int, str | None]]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT seq, message FROM changesets_changeset ORDER BY seq")
+        return list(cursor.fetchall())
+
+
+def test_a_message_is_stored_as_null_and_read_as_the_rule_on_either_side_of_0033(
+    staff, namespace, write, back_to_latest
+):
+    """New rows leave the message to the rule (NULL, 23 bytes saved); every read, the
+    API and the chain see the rule's text; back past 0033 the text is written in."""
+    from changesets.models import default_message
+
+    write(staff, f"{NS}/order/a", {"n": 1})
+    write(staff, f"{NS}/order/a", {"n": 2})
+    assert [m for _, m in _stored_messages()] == [None, None]
+    texts = [default_message("PutEntity", 1)] * 2
+    assert [c.message for c in Changeset.objects.order_by("seq")] == texts
+    assert [r.changeset.message for r in Revision.objects.select_related("changeset")] == texts
+    assert "ok: 2 changeset(s) verified" in _verify_log()
+
+    migrate(BEFORE_DERIVED_MESSAGE)
+    assert [m for _, m in _stored_messages()] == texts
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT is_nullable FROM information_schema.columns"
+            " WHERE table_name = 'changesets_changeset' AND column_name = 'message'"
+        )
+        assert cursor.fetchone() == ("NO",)
+
+    migrate(latest())
+    write(staff, f"{NS}/order/a", {"n": 3})
+    assert [m for _, m in _stored_messages()] == [*texts, None]  # old rows keep their text
+    assert "ok: 3 changeset(s) verified" in _verify_log()
