@@ -106,21 +106,30 @@ def repeat_ms(fn: Callable[[], Any], count: int, *, seconds: float, warm: int = 
 
 
 def interleaved_ms(
-    fns: dict[Any, Callable[[], Any]], count: int, *, seconds: float | None = None
+    fns: dict[Any, Callable[[], Any]],
+    count: int,
+    *,
+    seconds: float | None = None,
+    rotate: bool = False,
 ) -> dict[Any, list[float]]:
     """Each function once untimed, then up to ``count`` rounds of one timed call each.
 
     Interleaving (each round runs every function once) means a load spike from
     whatever else shares the machine hits every read alike, so ratios between
     them hold up better than times measured one function after another.
+    ``rotate`` turns the order one step each round: for long calls of the same
+    work, where going first or second in a round moved a ratio by 0.3 (the as-of
+    traversals of bench/asof_time.py, 0.87× one way round, 1.30× the other).
     """
     for fn in fns.values():
         fn()
     samples: dict[Any, list[float]] = {key: [] for key in fns}
     deadline = None if seconds is None else time.monotonic() + seconds
-    for _ in range(count):
-        for key, fn in fns.items():
-            samples[key].append(timed_ms(fn)[0])
+    keys = list(fns)
+    for round_ in range(count):
+        turn = round_ % len(keys) if rotate else 0
+        for key in keys[turn:] + keys[:turn]:
+            samples[key].append(timed_ms(fns[key])[0])
         if deadline is not None and time.monotonic() > deadline:
             break
     return samples

@@ -177,6 +177,50 @@ def resolutions(args, total: int) -> tuple[list[str], dict[str, str]]:
     return lines, plans
 
 
+# The seek the bisection replaced (migration 0032 dropped the index it ran on).
+OLD_BOUND = "SELECT seq FROM changesets_changeset WHERE at <= %s ORDER BY at DESC, seq DESC LIMIT 1"
+NEW_BOUND = "SELECT atlas_seq_bound(%s::timestamptz, true)"
+
+
+def boundary_cost(args, total: int) -> list[str]:
+    """The time boundary alone: the bisection against one seek on an ``(at, seq)`` index
+    built for the comparison and dropped after it, at 200 times spread over the log,
+    interleaved; both must name the same seq at every time."""
+    import random
+
+    from django.db import connection
+
+    rng = random.Random(18)
+    times = [START + timedelta(minutes=rng.randrange(total), seconds=20) for _ in range(200)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE INDEX IF NOT EXISTS bench_old_at_seq ON changesets_changeset (at, seq)"
+        )
+        cursor.execute("ANALYZE changesets_changeset")
+
+        def run(sql: str) -> list[int]:
+            found = []
+            for at in times:
+                cursor.execute(sql, [at])
+                found.append(cursor.fetchone()[0])
+            return found
+
+        try:
+            assert run(OLD_BOUND) == run(NEW_BOUND)
+            samples = interleaved_ms(
+                {"seek": lambda: run(OLD_BOUND), "bisect": lambda: run(NEW_BOUND)}, args.repeat
+            )
+        finally:
+            cursor.execute("DROP INDEX IF EXISTS bench_old_at_seq")
+    seek, bisect = (summary(samples[k])["p50"] / len(times) for k in ("seek", "bisect"))
+    return [
+        "| time → seq boundary, per call, at the client | median ms |",
+        "|---|---|",
+        f"| one seek on an `(at, seq)` index (before migration 0032) | {seek:.3f} |",
+        f"| bisection of seq, `atlas_seq_bound` (no index on `at`) | {bisect:.3f} |",
+    ]
+
+
 def paging(args) -> list[str]:
     from django.conf import settings
     from rest_framework.test import APIClient
@@ -204,7 +248,7 @@ def paging(args) -> list[str]:
         "as_of_time": lambda: walk({"as_of_time": stamp}),
     }
     assert reads["as_of=<id>"]() == reads["as_of_time"]() == 10_000
-    timed = interleaved_ms(reads, args.pages_repeat)
+    timed = interleaved_ms(reads, args.pages_repeat, rotate=True)
     by_id = summary(timed["as_of=<id>"])["p50"]
     lines = ["| traversal | median ms | p95 ms | × as_of=<id> |", "|---|---|---|---|"]
     for name in reads:
@@ -238,6 +282,8 @@ def stage(args: argparse.Namespace) -> dict[str, Any]:
         sizes = index_sizes(cursor)
     print("\n".join(sizes))
     timing, plans = resolutions(args, total)
+    bound = boundary_cost(args, total)
+    print("\n".join(bound))
     pages, ratio = paging(args)
     return {
         "count": head.seq,
@@ -247,6 +293,7 @@ def stage(args: argparse.Namespace) -> dict[str, Any]:
         "pages": pages,
         "ratio": ratio,
         "sizes": sizes,
+        "bound": bound,
     }
 
 
@@ -269,6 +316,10 @@ def section(args: argparse.Namespace, stages: list[dict[str, Any]]) -> str:
             " one a minute, on top of bench/asof.py's 10,000 entities.",
             "",
             *st["timing"],
+            "",
+            f"The boundary alone, {args.repeat} interleaved rounds of 200 times each:",
+            "",
+            *st["bound"],
             "",
             f"Paging all 10,000 entities of `{asof_bench.NS}` through `GET /api/v1/entities`,"
             f" 500 a page (20 pages), superuser, in-process client, {args.pages_repeat} rounds"
@@ -299,7 +350,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1000000,10000000", help="time-spread changesets")
     parser.add_argument("--repeat", type=int, default=25)
-    parser.add_argument("--pages-repeat", type=int, default=5)
+    parser.add_argument("--pages-repeat", type=int, default=10)
     parser.add_argument("--changesets", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--database", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
