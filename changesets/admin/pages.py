@@ -26,7 +26,12 @@ from changesets.admin.diff import diff_images
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, JournalEntry, Revision
 from changesets.selectors.asof import entity_as_of
-from changesets.selectors.log import entity_has_history, entity_history, revisions_of
+from changesets.selectors.log import (
+    entity_has_history,
+    entity_history,
+    previous_hash,
+    revisions_of,
+)
 from changesets.selectors.rows import HistoryRow
 from entities.models import Entity
 from entities.store import EntityKey
@@ -143,6 +148,7 @@ def changeset_detail(model_admin: ModelAdmin, request: HttpRequest, object_id: s
         f"Changeset #{changeset.seq}",
         changeset=changeset,
         original=changeset,
+        prev_hash=previous_hash(changeset),
         visible_namespaces=[
             ns for ns in changeset.namespaces if readable is None or ns in readable
         ],

@@ -43,7 +43,8 @@ def write(segment: ArchiveSegment, *, prev: chain.Start, on_changeset: Any = Non
                 )
             ]
         )
-        for changeset, revisions in reader.pairs(segment.first_seq, segment.last_seq):
+        pairs = reader.pairs(segment.first_seq, segment.last_seq, prev_hash=prev.hash)
+        for changeset, revisions in pairs:
             namespaces.update(changeset.namespaces)
             digest = chain.revisions_digest(revisions)
             writer.write_lines(segments.changeset_lines(changeset, revisions, revisions_hex=digest))

@@ -58,9 +58,15 @@ def revision_rows(cursor: Any) -> list[SimpleNamespace]:
     return rows
 
 
-def pairs(first_seq: int, last_seq: int) -> Iterator[tuple[SimpleNamespace, list[SimpleNamespace]]]:
-    """(changeset, its revisions in write order) for seqs ``first..last``, in seq order."""
-    after = first_seq - 1
+def pairs(
+    first_seq: int, last_seq: int, *, prev_hash: str
+) -> Iterator[tuple[SimpleNamespace, list[SimpleNamespace]]]:
+    """(changeset, its revisions in write order) for seqs ``first..last``, in seq order.
+
+    ``prev_hash`` is the chain hash before ``first_seq``. Each changeset's
+    ``prev_hash`` is filled in from it and the rows read: one written since
+    migration 0034 stores none, because it is the previous row's ``hash``."""
+    after, last_hash = first_seq - 1, prev_hash
     while after < last_seq:
         with connection.cursor() as cursor:
             cursor.execute(
@@ -92,6 +98,8 @@ def pairs(first_seq: int, last_seq: int) -> Iterator[tuple[SimpleNamespace, list
             for revision in revision_rows(cursor):
                 by_changeset[revision.changeset_id].append(revision)
         for row in taken:
+            row.prev_hash = row.prev_hash or last_hash
+            last_hash = row.hash
             yield row, by_changeset[row.id]
         after = taken[-1].seq
 

@@ -19,8 +19,9 @@ from django.db.models import BigIntegerField, Count, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
+from changesets import chain
 from changesets.archive import boundary
-from changesets.archive.models import ArchiveBase
+from changesets.archive.models import ArchiveBase, ArchiveCut
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
@@ -142,6 +143,22 @@ def sees_every_namespace(changeset: Changeset, namespaces: Sequence[str] | None)
     the caller cannot look.
     """
     return namespaces is None or set(changeset.namespaces) <= set(namespaces)
+
+
+def previous_hash(changeset: Changeset) -> str | None:
+    """The chain hash before ``changeset``, the one its ``hash`` covers.
+
+    Stored on changesets written before migration 0034; since then it is the
+    previous changeset's ``hash`` (seq is contiguous), or the archive cut's at
+    that seq when the previous one is archived, or the genesis before seq 1.
+    """
+    if changeset.prev_hash:
+        return changeset.prev_hash
+    if changeset.seq == 1:
+        return chain.GENESIS
+    before = changeset.seq - 1
+    found = Changeset.objects.filter(seq=before).values_list("hash", flat=True).first()
+    return found or ArchiveCut.objects.filter(seq=before).values_list("hash", flat=True).first()
 
 
 def revisions_of(changeset: Changeset) -> QuerySet[Revision]:

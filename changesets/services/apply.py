@@ -409,7 +409,7 @@ def _write_log(
 ) -> list[list[str]]:
     """Run the log statement (``log_statement``: the store's rows, then seq, the
     changeset, its revisions and, on baseline, its journal entry); set ``seq``,
-    ``at``, ``prev_hash`` and ``hash`` on ``changeset``; return the revisions'
+    ``at`` and ``hash`` on ``changeset``; return the revisions'
     ``changed`` pointers, in change order.
 
     A create that lost a race inserted nothing: the head is not moved, nothing
@@ -435,8 +435,9 @@ def _write_log(
             raise KeyRaced()
         raise _HeadMissing()
     changeset.seq, changeset.at = row[:2]
-    # Stored as bytes; hex text from here on, as the model reads them (``changesets.fields``).
-    changeset.prev_hash, changeset.hash = to_hex(row[2]), to_hex(row[3])
+    # Stored as bytes; hex text from here on, as the model reads it (``changesets.fields``).
+    # No prev_hash, as the row has none (migration 0034): it is the previous row's hash.
+    changeset.hash = to_hex(row[3])
     return json.loads(row[5])
 
 

@@ -52,13 +52,15 @@ _PREV = f"COALESCE(hash, decode('{chain.GENESIS}', 'hex'))"
 _PREV_HEX = f"COALESCE(encode(hash, 'hex'), '{chain.GENESIS}')"
 
 # No message: it is always the rule's (``changesets.models.default_message``), so the
-# row leaves it NULL and reads fill it in (migration 0033).
+# row leaves it NULL and reads fill it in (migration 0033). No ``prev_hash`` either: it
+# is the previous changeset's ``hash``, which every walk of the chain has in hand (the
+# log head keeps it too; ``changesets.selectors.log.previous_hash`` finds one's).
 _CHANGESET = (
     " c AS (INSERT INTO changesets_changeset (id, seq, author_id, author_name, at,"
-    " comment, branch, rpc, op_count, namespaces, prev_hash, hash, metadata, context)"
+    " comment, branch, rpc, op_count, namespaces, hash, metadata, context)"
     " SELECT %(id)s::uuid, h.seq, %(author)s::int, %(author_name)s::text, h.at,"
     " %(comment)s::text, %(branch)s::text, %(rpc)s::text,"
-    " %(op_count)s::int, %(namespaces)s::varchar[], h.prev_hash, h.hash,"
+    " %(op_count)s::int, %(namespaces)s::varchar[], h.hash,"
     " %(metadata)s::jsonb, %(context)s::jsonb FROM h),"
 )
 _JOURNAL = (

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from changesets import chain
 from changesets.models import Changeset, LogHead, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp
+from changesets.selectors.log import previous_hash
 from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 
@@ -44,10 +45,13 @@ def history(staff, namespace):
 
 
 def test_every_changeset_chains_to_the_previous_one(history):
+    """Each hash covers the one before it; a row stores no prev_hash (migration 0034:
+    it is the previous row's hash), and ``previous_hash`` finds it."""
     rows = list(Changeset.objects.order_by("seq"))
-    assert rows[0].prev_hash == chain.GENESIS
+    assert {row.prev_hash for row in rows} == {None}
+    assert previous_hash(rows[0]) == chain.GENESIS
     for before, after in zip(rows, rows[1:], strict=False):
-        assert after.prev_hash == before.hash
+        assert previous_hash(after) == before.hash
     assert LogHead.objects.get(pk=1).hash == rows[-1].hash
     assert verify() is None
 
@@ -73,7 +77,7 @@ def test_the_hash_postgresql_computes_is_the_one_verify_recomputes(staff, namesp
     row = Changeset.objects.get(pk=written.pk)
     revisions = list(Revision.objects.filter(changeset=row).order_by("id"))
     expected = chain.changeset_hash(
-        prev_hash=row.prev_hash, changeset=row, revisions_hex=chain.revisions_digest(revisions)
+        prev_hash=previous_hash(row), changeset=row, revisions_hex=chain.revisions_digest(revisions)
     )
     assert row.hash == written.hash == expected
     assert (written.seq, written.at, written.prev_hash) == (row.seq, row.at, row.prev_hash)

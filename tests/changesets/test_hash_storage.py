@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from changesets import chain
 from changesets.fields import ChainHashField
 from changesets.models import Changeset, LogHead
+from changesets.selectors.log import previous_hash
 from tests.changesets.test_chain import _disable_guards, verify
 
 pytestmark = pytest.mark.django_db
@@ -41,7 +42,8 @@ def test_a_hash_is_stored_as_its_32_bytes(log):
     rows = stored("changesets_changeset")
     assert len(rows) == len(log)
     for kind, size, _, prev_size, _ in rows:
-        assert (kind, size, prev_size) == ("bytea", 32, 32)
+        # No prev_hash stored since migration 0034: it is the previous row's hash.
+        assert (kind, size, prev_size) == ("bytea", 32, None)
     (head,) = stored("changesets_loghead")
     assert head[:2] == ("bytea", 32) and head[3] == 32
     with connection.cursor() as cursor:
@@ -50,11 +52,12 @@ def test_a_hash_is_stored_as_its_32_bytes(log):
 
 
 def test_the_model_reads_the_hex_the_table_holds_as_bytes(log):
-    by_hex = {row[2]: row[4] for row in stored("changesets_changeset")}
+    hexes = {row[2] for row in stored("changesets_changeset")}
     for changeset in log:
-        assert by_hex[changeset.hash] == changeset.prev_hash
+        assert changeset.hash in hexes and changeset.prev_hash is None
         assert len(changeset.hash) == 64 and changeset.hash == changeset.hash.lower()
-    assert log[0].prev_hash == chain.GENESIS  # 32 zero bytes, shown as 64 zeros
+    assert previous_hash(log[0]) == chain.GENESIS  # 32 zero bytes, shown as 64 zeros
+    assert [previous_hash(c) for c in log[1:]] == [c.hash for c in log[:-1]]
     head = LogHead.objects.get(pk=1)
     assert (head.hash, head.prev_hash) == (log[-1].hash, log[-2].hash)
     # Lookups and values take and give the hex too.
@@ -66,7 +69,7 @@ def test_the_model_reads_the_hex_the_table_holds_as_bytes(log):
 
 def test_the_write_returns_the_hash_it_stored(staff, namespace, write):
     result = write(staff, f"{NS}/order/a", {"n": 1})
-    assert result.changeset.prev_hash == chain.GENESIS
+    assert previous_hash(result.changeset) == chain.GENESIS
     row = Changeset.objects.get(pk=result.changeset.pk)
     assert (row.hash, row.prev_hash) == (result.changeset.hash, result.changeset.prev_hash)
     assert isinstance(result.changeset.hash, str)
@@ -81,7 +84,7 @@ def test_every_surface_shows_the_same_hex(log, staff, client, client_for):
     assert f"head seq {newest.seq} hash {newest.hash};" in out.getvalue()
     client.force_login(staff)
     page = client.get(f"/admin/changesets/changeset/{newest.pk}/change/").content.decode()
-    assert f'title="previous: {newest.prev_hash}">{newest.hash}</code>' in page
+    assert f'title="previous: {log[-2].hash}">{newest.hash}</code>' in page
 
 
 def test_an_empty_log_has_no_head_hash_and_publishes_the_genesis(staff, client_for):
@@ -118,10 +121,7 @@ def test_an_edited_stored_hash_is_caught(log):
             "UPDATE changesets_changeset SET prev_hash = %s WHERE seq = %s",
             [other],
         ),
-        "prev_hash removed": (
-            "UPDATE changesets_changeset SET prev_hash = NULL WHERE seq = %s",
-            [],
-        ),
+        # (A NULL prev_hash is every row's since migration 0034: the previous hash.)
         "one bit flipped": (
             "UPDATE changesets_changeset SET hash = set_bit(hash, 0, 1 - get_bit(hash, 0))"
             " WHERE seq = %s",

@@ -20,6 +20,7 @@ from changesets.models import Changeset, Rpc, Subscription
 from changesets.ops import PutOp
 from changesets.outbox import pumps
 from changesets.outbox.subscriptions import subscription_create
+from changesets.selectors.log import previous_hash
 from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 from tests.changesets.test_chain import _disable_guards, verify
@@ -457,7 +458,9 @@ def _old_style_changeset(staff) -> Changeset:
 
         revisions = list(Revision.objects.filter(changeset=cs).order_by("id"))
         new_hash = chain.changeset_hash(
-            prev_hash=cs.prev_hash, changeset=cs, revisions_hex=chain.revisions_digest(revisions)
+            prev_hash=previous_hash(cs),
+            changeset=cs,
+            revisions_hex=chain.revisions_digest(revisions),
         )
         cursor.execute(
             "UPDATE changesets_changeset SET metadata = NULL, context = NULL,"

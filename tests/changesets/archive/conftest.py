@@ -21,6 +21,7 @@ from changesets import ndjson
 from changesets.archive import archiver, boundary, signing
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
+from changesets.selectors.log import previous_hash
 from changesets.services.apply import changeset_apply
 from changesets.services.erase import EraseTarget, entities_erase
 from entities.store import EntityKey, baseline
@@ -150,7 +151,8 @@ def full_export() -> dict[str, dict[str, Any]]:
             "lines": list(ndjson.export_lines(changeset, revisions)),
             "seq": changeset.seq,
             "hash": changeset.hash,
-            "prev_hash": changeset.prev_hash,
+            # What a segment holds: the row stores none since migration 0034.
+            "prev_hash": previous_hash(changeset),
             "salts": [None if r.salt is None else bytes(r.salt).hex() for r in revisions],
             "sealed": [r.sealed for r in revisions],
         }

@@ -9,6 +9,7 @@ unaffected, and a second cut continuing the first.
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 from io import StringIO
 from pathlib import Path
@@ -85,6 +86,29 @@ def test_a_cut_moves_the_log_into_verified_segments_and_out_of_the_hot_tables(se
     assert report.ok, report.problems
     assert (report.changesets, report.head_seq, report.head_hash) == (target, target, done.hash)
     assert report.erased_members > 0  # the seed erased an email before the cut
+
+
+def test_the_first_hot_changeset_chains_from_the_cut(seed, archive_dir):
+    """A row stores no prev_hash (migration 0034); the first one after a cut finds
+    its previous hash in the cut, whose changesets are gone, and so does the
+    0034 reverse, which writes it in."""
+    from changesets.archive.models import ArchiveCut
+    from changesets.selectors.log import previous_hash
+
+    seeded = seed(2)
+    target = seeded.seq_of(5)
+    cut(target + 1)
+    first = Changeset.objects.order_by("seq").first()
+    assert first.seq == target + 1 and first.prev_hash is None
+    assert previous_hash(first) == ArchiveCut.objects.get(seq=target).hash
+    with connection.cursor() as cursor:
+        reverse = importlib.import_module("changesets.migrations.0034_changeset_prev_hash_derived")
+        cursor.execute(reverse.FILL)
+    filled = [c.prev_hash for c in Changeset.objects.order_by("seq")]
+    hashes = [ArchiveCut.objects.get(seq=target).hash] + [
+        c.hash for c in Changeset.objects.order_by("seq")
+    ]
+    assert filled == hashes[:-1]
 
 
 def test_nothing_archived_is_missing_from_the_segments(seed, archive_dir):
