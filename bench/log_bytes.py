@@ -173,6 +173,42 @@ def _measure() -> dict[str, Any]:
     return out
 
 
+# What ``atlas.api.provenance.request_context`` records for a write over HTTP, with the
+# user agent of an API client and of a browser; these service writes store the
+# system context instead.
+USER_AGENTS = {
+    "an API client (python-httpx)": "python-httpx/0.28.1",
+    "a browser": (
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko)"
+        " Chrome/131.0 Safari/537.36"
+    ),
+}
+
+
+def _contexts() -> dict[str, float]:
+    """The stored size of each context, as ``pg_column_size`` of its jsonb."""
+    import uuid6
+    from django.db import connection
+
+    from changesets import provenance
+
+    shapes: dict[str, dict[str, Any]] = {"a service write (these)": provenance.stored_context(None)}
+    for who, agent in USER_AGENTS.items():
+        shapes[f"an HTTP write from {who}"] = {
+            "request_id": str(uuid6.uuid7()),
+            "ip": "203.0.113.7",
+            "user_agent": agent,
+            "auth": "token",
+            "token_id": 1234,
+        }
+    out = {}
+    with connection.cursor() as cursor:
+        for what, context in shapes.items():
+            cursor.execute("SELECT pg_column_size(%s::jsonb)", [provenance.as_text(context)])
+            out[what] = float(cursor.fetchone()[0])
+    return out
+
+
 def _per_write(m: dict[str, Any], revision: str) -> dict[str, float]:
     """A single-entity write's bytes: its changeset, its revision, a journal entry kept."""
     parts = {
@@ -226,6 +262,24 @@ def _report(args: argparse.Namespace, m: dict[str, Any], seconds: dict[str, floa
         f"A batch op's revision: {batch['row']:,.0f} B row + {index:,.0f} B of indexes."
         f" Writing took {seconds[SMALL]:.0f} s and {seconds[LARGE]:.0f} s for the two sizes."
     )
+    contexts = m.get("contexts", {})
+    if contexts:
+        single = _per_write(m, "revision, 150 B document")["total"]
+        system = contexts["a service write (these)"]
+        rows = [
+            [what, f"{size:.0f}", f"{single - system + size:,.0f}"]
+            for what, size in contexts.items()
+        ]
+        lines += [
+            "",
+            "The changeset's `context` (provenance) depends on the caller: these writes go"
+            " through the service and store the system's. A write over HTTP stores its"
+            " request's (request id, client IP, user agent, auth kind, token id), so it costs"
+            " the difference more (150 B document; `pg_column_size` of each context as a value,"
+            " about 3 B over what a row stores of it):",
+            "",
+            table(["context of", "context bytes", "bytes per single write"], rows),
+        ]
     for case in (
         "changeset, single write",
         "revision, 150 B document",
@@ -273,6 +327,7 @@ def main() -> None:
     published = _publish()
     print(f"  published {published:,} journal entries", flush=True)
     measured = _measure()
+    measured["contexts"] = _contexts()
     section = _report(args, measured, seconds)
     write_section(TITLE, section)
     print(section)
