@@ -211,8 +211,8 @@ def _fill(cursor: Any, n: int, steps: dict[str, float]) -> None:
                jsonb_build_object('n', rvv.v, 'name', rvv.slug, 'price', rvv.v * 3 % 1000,
                    'tags', jsonb_build_array('a', 'b')),
                CASE WHEN rvv.v = 1 THEN NULL ELSE rvv.v - 1 END, rvv.v,
-               CASE WHEN rvv.v = 1 THEN ARRAY['/n', '/name', '/price', '/tags']
-                    ELSE ARRAY['/n', '/price'] END
+               -- the changed pointers, joined by '~2' as stored (migration 0035)
+               CASE WHEN rvv.v = 1 THEN '/n~2/name~2/price~2/tags' ELSE '/n~2/price' END
         FROM rvv JOIN changesets_changeset c ON c.seq = rvv.seq
         ORDER BY rvv.seq, rvv.ns, rvv.slug
         """,

@@ -18,7 +18,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Func, Q
 
-from changesets.fields import ChainHashField
+from changesets.fields import ChainHashField, PointerListField
 from changesets.undo import before_image
 
 BASELINE = ""
@@ -253,7 +253,7 @@ class Revision(AppendOnlyModel):
     # log statement (``atlas_changed_keys``, migration 0013) from both images.
     # Stored, not derived on read: the GIN index ``revision_changed_keys`` (terms
     # only, in the index) answers key-filtered history from it.
-    changed = ArrayField(models.TextField(), default=list)
+    changed = PointerListField(default=list)
     # The chain's salt (``changesets.chain``, v2): the images' top-level members
     # are committed to as MACs keyed from it. An erasure sets it to NULL and
     # keeps what verification still needs in ``sealed``: the kept digest of each

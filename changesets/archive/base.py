@@ -33,7 +33,7 @@ _COLUMNS = (
 # as what differs from ``after`` (``changesets.undo``): the state keeps it whole.
 _FROM_REVISIONS = _COLUMNS.replace(
     " before,", " atlas_before_image(op, after, undo, undo_gone) AS before,"
-)
+).replace(" changed,", " string_to_array(changed, '~2') AS changed,")
 _TOUCHED = """
 CREATE TEMP TABLE archive_touched ON COMMIT DROP AS
     SELECT DISTINCT namespace, kind, slug FROM changesets_revision

@@ -161,6 +161,9 @@ COLUMNS = (
     "changeset_id, seq, branch, at, namespace, kind, slug, op, after,"
     " before_version, after_version, changed"
 )
+# The state's ``changed`` is still a ``text[]``; the revision's is one text joined by
+# "~2" since migration 0035, and the arms must agree.
+_BASE_COLUMNS = COLUMNS.replace(" changed", " array_to_string(changed, '~2')")
 _LIVE = re.compile(r"\{live:(\w+)\}")
 
 
@@ -182,7 +185,7 @@ def revision_source(cut: Cut | None = None, *, table: str = "changesets_revision
     return (
         f"(SELECT id, {COLUMNS}, 1 AS arm, NULL::bigint AS valid_from,"
         f" NULL::bigint AS valid_to FROM {table}"
-        f" UNION ALL SELECT revision_id, {COLUMNS}, 2, valid_from, valid_to"
+        f" UNION ALL SELECT revision_id, {_BASE_COLUMNS}, 2, valid_from, valid_to"
         " FROM changesets_archivebase)"
     )
 

@@ -35,7 +35,7 @@ CHANGESET_COLUMNS = (
 REVISION_COLUMNS = (
     "id, changeset_id, seq, branch, at, namespace, kind, slug, op,"
     " atlas_before_image(op, after, undo, undo_gone) AS before, after,"
-    " before_version, after_version, changed, salt, sealed"
+    " before_version, after_version, string_to_array(changed, '~2') AS changed, salt, sealed"
 )
 
 

@@ -49,7 +49,7 @@ _KEY_RULE = (
 def key_filter(*, branch: str, namespace: str, key: str) -> Q | RawSQL:
     """The key rule as a filter on revisions of ``(branch, namespace)``."""
     if key == "":
-        return Q(changed__len__gt=0)
+        return ~Q(changed=[])
     return RawSQL(_KEY_RULE, [branch, namespace, key], output_field=BooleanField())
 
 
@@ -67,7 +67,7 @@ def entity_key_history(
     """
     params: list[Any] = [branch, key.namespace, key.kind, key.slug]
     if pointer == "":
-        where = f"{ENTITY_WHERE} AND cardinality({_T}.changed) > 0"
+        where = f"{ENTITY_WHERE} AND {_T}.changed <> ''"
     else:
         where = f"{ENTITY_WHERE} AND {_KEY_RULE}"
         params += [branch, key.namespace, pointer]
@@ -131,7 +131,8 @@ KEY_RUNGS = 3
 # never trades the walk for a key's whole posting list; and it costs a fraction of
 # ``atlas_key_terms``, a PL/pgSQL function building every term of every pointer.
 _TOUCHING = (
-    f"({_T}.changed && %s::text[] OR EXISTS (SELECT 1 FROM unnest({_T}.changed) AS p"
+    f"(string_to_array({_T}.changed, '~2') && %s::text[] OR EXISTS (SELECT 1 FROM"
+    f" unnest(string_to_array({_T}.changed, '~2')) AS p"
     " WHERE p ^@ ANY(%s::text[])))"
 )
 

@@ -72,7 +72,8 @@ SELECT_ROWS = (
     f"SELECT {REVISION}.id, {REVISION}.changeset_id, {REVISION}.seq, {REVISION}.branch,"
     f" {AT_MICROS}, {REVISION}.namespace, {REVISION}.kind, {REVISION}.slug, {REVISION}.op,"
     f" {REVISION}.undo, {REVISION}.after, {REVISION}.before_version,"
-    f" {REVISION}.after_version, {REVISION}.changed, c.author_name, c.rpc, c.comment,"
+    f" {REVISION}.after_version, string_to_array({REVISION}.changed, '~2'),"
+    " c.author_name, c.rpc, c.comment,"
     f" {REVISION}.undo_gone"
     f" FROM {REVISION} JOIN changesets_changeset c ON c.id = {REVISION}.changeset_id"
 )

@@ -80,7 +80,7 @@ _REVISIONS = (
     " kind, slug, op, undo, undo_gone, after, before_version, after_version, changed, salt)"
     " SELECT %(id)s::uuid, h.seq, %(branch)s::text, h.at, r.k->>0, r.k->>1, r.k->>2,"
     " r.k->>3, u.undo, u.undo_gone, r.a, (r.k->>4)::int, (r.k->>5)::int,"
-    " atlas_changed_keys(r.b, r.a), decode(r.k->>6, 'hex')"
+    " array_to_string(atlas_changed_keys(r.b, r.a), '~2'), decode(r.k->>6, 'hex')"
     " FROM h CROSS JOIN (SELECT k, NULLIF(before, 'null') AS b, NULLIF(after, 'null') AS a, n"
     " FROM ROWS FROM (jsonb_array_elements(%(rows)s::jsonb),"
     " jsonb_array_elements(%(befores)s::jsonb), jsonb_array_elements(%(afters)s::jsonb))"
@@ -92,7 +92,8 @@ _REVISIONS = (
 # hashes go back as their bytes (``apply._write_log`` makes them hex text).
 _RESULT = (
     " SELECT h.seq, h.at, h.prev_hash, h.hash, w.created,"
-    " (SELECT json_agg(r.changed ORDER BY r.id)::text FROM r) FROM w LEFT JOIN h ON TRUE"
+    " (SELECT json_agg(string_to_array(r.changed, '~2') ORDER BY r.id)::text FROM r)"
+    " FROM w LEFT JOIN h ON TRUE"
 )
 
 

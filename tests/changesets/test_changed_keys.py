@@ -118,6 +118,13 @@ def test_changed_keys_follow_the_pointer_rule(staff, namespace, before, after, e
     row = Revision.objects.get(changeset=result.changeset)
     assert row.changed == expected
     assert [r.changed for r in result.revisions] == [expected]
+    with connection.cursor() as cursor:  # one text, joined by "~2" (migration 0035)
+        cursor.execute(
+            "SELECT changed, string_to_array(changed, '~2') FROM changesets_revision WHERE id = %s",
+            [row.id],
+        )
+        stored, split = cursor.fetchone()
+    assert (stored, split) == ("~2".join(expected), expected)
 
 
 def test_sorting_is_by_segments_not_by_escaped_text():
@@ -249,9 +256,14 @@ def test_the_migration_backfills_changed_keys_in_batches(staff, namespace, monke
         # The writes above left deferred foreign-key checks queued; ALTER TABLE waits for none.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute("ALTER TABLE changesets_revision DISABLE TRIGGER revision_append_only")
+        # 0013 runs at its own schema, where ``changed`` was a text[] (0035 joins it into
+        # one text) and the before image a column (0029 stores it as what differs from
+        # after): give the table both back for the backfill.
+        cursor.execute(
+            "ALTER TABLE changesets_revision ALTER COLUMN changed TYPE text[]"
+            " USING string_to_array(changed, '~2')"
+        )
         cursor.execute("UPDATE changesets_revision SET changed = '{}'")
-        # 0013 runs at its own schema, where the before image was a column (0029 stores it
-        # as what differs from after): give the table that column back for the backfill.
         cursor.execute("ALTER TABLE changesets_revision ADD COLUMN before jsonb")
         cursor.execute(
             "UPDATE changesets_revision SET before = atlas_before_image(op, after, undo, undo_gone)"
@@ -261,6 +273,11 @@ def test_the_migration_backfills_changed_keys_in_batches(staff, namespace, monke
     monkeypatch.setattr(migration, "BATCH", 2)  # several batches for three rows
 
     migration.backfill(None, SimpleNamespace(connection=connection))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "ALTER TABLE changesets_revision ALTER COLUMN changed TYPE text"
+            " USING array_to_string(changed, '~2')"
+        )
     assert dict(Revision.objects.values_list("id", "changed")) == expected
     assert expected and all(expected.values())
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
