@@ -431,14 +431,14 @@ def _write_log(
     if row is None or row[0] is None:
         # The head did not move: a create lost its race (fewer rows inserted than
         # meant), or else the head's row is gone.
-        if row is not None and row[4] != entity_sql.creates:
+        if row is not None and row[3] != entity_sql.creates:
             raise KeyRaced()
         raise _HeadMissing()
     changeset.seq, changeset.at = row[:2]
     # Stored as bytes; hex text from here on, as the model reads it (``changesets.fields``).
     # No prev_hash, as the row has none (migration 0034): it is the previous row's hash.
-    changeset.hash = to_hex(row[3])
-    return json.loads(row[5])
+    changeset.hash = to_hex(row[2])
+    return json.loads(row[4])
 
 
 def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:

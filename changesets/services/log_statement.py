@@ -15,7 +15,7 @@ by PostgreSQL because each reads the one before it:
    It moves only when every create inserted its row.
 3. ``changeset``, ``journal`` (baseline only), ``revisions`` — the log rows,
    from ``h``.
-4. ``result`` — seq, at and the hashes, plus ``w.created`` (so a head that
+4. ``result`` — seq, at and the hash, plus ``w.created`` (so a head that
    did not move tells a lost create race from a missing head row), and the
    revisions' ``changed`` pointers in written order.
 
@@ -89,9 +89,9 @@ _REVISIONS = (
 )
 # The changed keys go back in written order, one JSON text, so the write's answer
 # shows what the rows hold without a second engine for the rule in Python. The
-# hashes go back as their bytes (``apply._write_log`` makes them hex text).
+# hash goes back as its bytes (``apply._write_log`` makes it hex text).
 _RESULT = (
-    " SELECT h.seq, h.at, h.prev_hash, h.hash, w.created,"
+    " SELECT h.seq, h.at, h.hash, w.created,"
     " (SELECT json_agg(string_to_array(r.changed, '~2') ORDER BY r.id)::text FROM r)"
     " FROM w LEFT JOIN h ON TRUE"
 )
@@ -108,7 +108,7 @@ def _head() -> str:
     return (
         f" h AS (UPDATE changesets_loghead SET seq = seq + 1, at = {_AT}, prev_hash = {_PREV},"
         f" hash = {new_hash} FROM w WHERE id = 1 AND w.created = %(creates)s::bigint"
-        " RETURNING seq, at, prev_hash, hash),"
+        " RETURNING seq, at, hash),"
     )
 
 
@@ -211,7 +211,7 @@ def new_changeset(
     Built with ``Model.from_db``, Django's documented constructor for an
     instance of a stored row: the log statement inserts exactly this row in
     this transaction, before anyone else sees the instance, and fills in
-    what PostgreSQL draws (seq, at, the hashes). A failed statement rolls
+    what PostgreSQL draws (seq, at, the hash). A failed statement rolls
     back and discards both.
     """
     author = actor if getattr(actor, "pk", None) else None
