@@ -186,21 +186,22 @@ USER_AGENTS = {
 
 
 def _contexts() -> dict[str, float]:
-    """The stored size of each context, as ``pg_column_size`` of its jsonb."""
-    import uuid6
+    """The stored size of each context, as ``pg_column_size`` of its jsonb; an HTTP
+    write's as ``request_context`` builds it for a token-authenticated PUT."""
     from django.db import connection
+    from django.test import RequestFactory
 
+    from atlas.api.provenance import request_context
+    from atlas.models import ApiToken
     from changesets import provenance
 
     shapes: dict[str, dict[str, Any]] = {"a service write (these)": provenance.stored_context(None)}
     for who, agent in USER_AGENTS.items():
-        shapes[f"an HTTP write from {who}"] = {
-            "request_id": str(uuid6.uuid7()),
-            "ip": "203.0.113.7",
-            "user_agent": agent,
-            "auth": "token",
-            "token_id": 1234,
-        }
+        request = RequestFactory().put(
+            "/api/v1/entities/bench/item/k", HTTP_USER_AGENT=agent, REMOTE_ADDR="203.0.113.7"
+        )
+        request.auth = ApiToken(pk=1234)  # what token authentication leaves on a request
+        shapes[f"an HTTP write from {who}"] = request_context(request)
     out = {}
     with connection.cursor() as cursor:
         for what, context in shapes.items():
