@@ -395,6 +395,16 @@ def test_batch_touching_a_key_twice_folds_into_one_revision(writer, namespace, w
     assert result.changeset.op_count == 2
 
 
+# A revision written again by SQL, whatever writes it: ``{seq}`` and ``{slug}`` are the
+# copy's (SQL), ``{where}`` picks the rows copied.
+COPY_REVISION = (
+    "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace, kind, slug,"
+    " op, undo, undo_gone, after, before_version, after_version, changed)"
+    " SELECT changeset_id, {seq}, branch, at, namespace, kind, {slug}, op, undo, undo_gone,"
+    " after, before_version, after_version, changed FROM changesets_revision WHERE {where}"
+)
+
+
 def test_the_database_refuses_a_second_revision_of_an_entity_in_one_changeset(
     writer, namespace, write
 ):
@@ -407,17 +417,11 @@ def test_the_database_refuses_a_second_revision_of_an_entity_in_one_changeset(
             " WHERE conrelid = 'changesets_revision'::regclass AND conname = 'revision_seq_entity'"
         )
         assert cursor.fetchall() == [("UNIQUE (seq, namespace, kind, slug)",)]
-    copy = (
-        "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace, kind, slug,"
-        " op, undo, undo_gone, after, before_version, after_version, changed)"
-        " SELECT changeset_id, seq, branch, at, namespace, kind, {slug}, op, undo, undo_gone,"
-        " after, before_version, after_version, changed FROM changesets_revision WHERE slug = 'a'"
-    )
     refused = pytest.raises(IntegrityError, match="unique constraint")
     with refused, transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(copy.format(slug="slug"))
+        cursor.execute(COPY_REVISION.format(seq="seq", slug="slug", where="slug = 'a'"))
     with transaction.atomic(), connection.cursor() as cursor:  # another key at that seq is fine
-        cursor.execute(copy.format(slug="'b'"))
+        cursor.execute(COPY_REVISION.format(seq="seq", slug="'b'", where="slug = 'a'"))
 
 
 def test_the_database_refuses_a_revision_of_no_changeset(writer, namespace, write):
@@ -437,12 +441,7 @@ def test_the_database_refuses_a_revision_of_no_changeset(writer, namespace, writ
         (last,) = cursor.fetchone()
     # A copy of the first write's revision at the next seq (no changeset has it
     # yet; its partition exists), then at the second write's (which exists).
-    copy = (
-        "INSERT INTO changesets_revision (changeset_id, seq, branch, at, namespace, kind, slug,"
-        " op, undo, undo_gone, after, before_version, after_version, changed)"
-        " SELECT changeset_id, %s, branch, at, namespace, kind, 'b', op, undo, undo_gone,"
-        " after, before_version, after_version, changed FROM changesets_revision WHERE seq = %s"
-    )
+    copy = COPY_REVISION.format(seq="%s", slug="'b'", where="seq = %s")
     refused = pytest.raises(IntegrityError, match="revision_changeset_seq")
     with refused, transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
