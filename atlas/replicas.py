@@ -149,6 +149,18 @@ def _watch_primary(execute: Any, sql: Any, params: Any, many: bool, context: Any
     return execute(sql, params, many, context)
 
 
+def wrote() -> None:
+    """The request wrote on the primary: read its own writes from now on.
+
+    For the write service's unlocked single write, which commits in one
+    autocommit statement, so no statement of it runs inside a transaction for
+    :func:`_watch_primary` to see.
+    """
+    state = _state.get()
+    if state is not None:
+        state.pinned = True
+
+
 def read_connection() -> BaseDatabaseWrapper:
     """The connection for a read-only raw SQL statement of a log read (the admin's)."""
     return connections[_replica_alias() or DEFAULT_DB_ALIAS]

@@ -38,6 +38,12 @@ def in_write_transaction(hook: WriteHook) -> Iterator[None]:
         _hooks.reset(token)
 
 
+def has_write_hooks() -> bool:
+    """Whether a write now must keep its transaction open for hooks (the write
+    service's unlocked path commits in its log statement, so it cannot)."""
+    return bool(_hooks.get())
+
+
 def run_write_hooks(changeset: Any) -> None:
     """Called by the write service inside its transaction, once per changeset."""
     for hook in _hooks.get():

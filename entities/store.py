@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -92,9 +92,20 @@ def contents_json(writes: Sequence[EntityWrite]) -> str:
     return json_array(w.text if w.text is not None else json.dumps(w.content) for w in writes)
 
 
-def _keys_json(writes: Sequence[EntityWrite]) -> str:
-    """``[[namespace, kind, slug, version], …]`` of ``writes``, as one JSON text."""
-    return json.dumps([[w.key.namespace, w.key.kind, w.key.slug, w.version] for w in writes])
+def _keys_json(writes: Sequence[EntityWrite], expect: Mapping[EntityKey, int] | None = None) -> str:
+    """``[[namespace, kind, slug, version(, expected version)], …]`` of ``writes``, as
+    one JSON text (the expected version, the one read, only with ``expect``)."""
+    return json.dumps(
+        [
+            [w.key.namespace, w.key.kind, w.key.slug, w.version, *_expected(expect, w.key)]
+            for w in writes
+        ]
+    )
+
+
+def _expected(expect: Mapping[EntityKey, int] | None, key: EntityKey) -> list[int]:
+    """``[the version key was read at]`` with ``expect``, else nothing."""
+    return [] if expect is None else [expect[key]]
 
 
 class KeyRaced(Exception):
@@ -187,6 +198,32 @@ class EntityStore(Protocol):
         ...
 
 
+class OptimisticStore(EntityStore, Protocol):
+    """A store whose rows the write service may read unlocked and write back
+    compare-and-set (``optimistic`` true: ``BaselineStore``)."""
+
+    optimistic: bool
+
+    def lock(
+        self,
+        keys: Iterable[EntityKey],
+        *,
+        guard: WriteGuard | None = None,
+        for_update: bool = True,
+    ) -> Locked: ...
+
+    def write_sql(
+        self,
+        *,
+        changeset_id: UUID,
+        now: datetime,
+        creates: Sequence[EntityWrite],
+        updates: Sequence[EntityWrite],
+        deletes: Sequence[EntityKey],
+        expect: Mapping[EntityKey, int] | None = None,
+    ) -> WriteSql: ...
+
+
 def entity_filters(
     ns_col: str,
     kind_col: str,
@@ -249,9 +286,11 @@ def like_prefix(prefix: str) -> str:
 
 
 @functools.cache
-def _lock_sql() -> str:
+def _lock_sql(for_update: bool = True) -> str:
     """:meth:`BaselineStore.lock`'s statement; rows tagged ``n`` (namespace), ``e``
-    (a locked entity row) or ``r`` (one of a pending guard's role rows)."""
+    (a locked entity row, or without ``for_update`` a read one) or ``r`` (one of a
+    pending guard's role rows)."""
+    lock = " FOR UPDATE OF e" if for_update else ""
     return (
         "WITH k AS (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
         "  FROM jsonb_array_elements(%(keys)s::jsonb) v),"
@@ -262,7 +301,7 @@ def _lock_sql() -> str:
         "  e.created_at, e.updated_at, e.changeset_id FROM entities_entity e"
         "  JOIN k ON e.namespace_id = k.ns AND e.kind = k.kind AND e.slug = k.slug"
         "  JOIN wa ON wa.name = e.namespace_id"
-        "  ORDER BY e.namespace_id, e.kind, e.slug FOR UPDATE OF e)"
+        f"  ORDER BY e.namespace_id, e.kind, e.slug{lock})"
         " SELECT name, NULL, NULL, NULL::jsonb, NULL::int, NULL::timestamptz,"
         "  NULL::timestamptz, NULL::uuid, protected, 'n' FROM n"
         " UNION ALL SELECT *, NULL, 'e' FROM e"
@@ -316,7 +355,17 @@ class BaselineStore:
             cursor.execute(sql, [*params, limit])
             return [row_to_entity(row) for row in cursor.fetchall()]
 
-    def lock(self, keys: Iterable[EntityKey], *, guard: WriteGuard | None = None) -> Locked:
+    # The write service may read this store's rows unlocked and write them back
+    # compare-and-set (``lock(for_update=False)``, ``write_sql(expect=...)``).
+    optimistic = True
+
+    def lock(
+        self,
+        keys: Iterable[EntityKey],
+        *,
+        guard: WriteGuard | None = None,
+        for_update: bool = True,
+    ) -> Locked:
         """Lock the existing rows among ``keys`` (FOR UPDATE) and return them, with
         the keys' namespaces (existence and ``protected``), in one statement.
 
@@ -326,6 +375,9 @@ class BaselineStore:
         refuse (after this statement, from ``namespaces``) never holds a lock.
         A pending guard's role rows are read by this statement too
         (``entities.access.guard_ctes``) and handed back to it.
+
+        Without ``for_update`` the same statement only reads: the write service's
+        unlocked single write, which then writes with ``write_sql(expect=...)``.
         """
         keys = sorted(set(keys))
         if not keys:
@@ -335,7 +387,7 @@ class BaselineStore:
         params = access.guard_params(guard)
         params["keys"] = json.dumps([[k.namespace, k.kind, k.slug] for k in keys])
         with prepared_cursor() as cursor:
-            cursor.execute(_lock_sql(), params)
+            cursor.execute(_lock_sql(for_update), params)
             result = cursor.fetchall()
         rows: dict[EntityKey, StoredEntity] = {}
         namespaces: dict[str, bool] = {}
@@ -359,6 +411,7 @@ class BaselineStore:
         creates: Sequence[EntityWrite],
         updates: Sequence[EntityWrite],
         deletes: Sequence[EntityKey],
+        expect: Mapping[EntityKey, int] | None = None,
     ) -> WriteSql:
         """The live rows' writes as data-modifying CTEs (:meth:`EntityStore.write_sql`).
 
@@ -367,6 +420,11 @@ class BaselineStore:
         inserts nothing (``ON CONFLICT DO NOTHING``): ``created`` counts fewer rows.
         Each CTE joins the writer's marker and ``written`` clears it, which is
         what lets the table's guard trigger pass these rows (``entities.writer``).
+
+        ``expect`` (the version each updated or deleted key was read at) makes the
+        update and the delete compare-and-set: a row at another version is left
+        alone, so ``written`` counts fewer rows than the write meant. The write
+        service passes it when it read the rows without locking them.
         """
         # Raw SQL buys the round trip: these CTEs ride the log statement (one for a write).
         ctes: list[str] = []
@@ -379,9 +437,13 @@ class BaselineStore:
                 f"ed AS (DELETE FROM entities_entity e USING {writer.MARK_JOIN}, "
                 + counted("jsonb_array_elements(%(ed_keys)s::jsonb) AS d(k)", len(deletes))
                 + " d WHERE e.namespace_id = d.k->>0 AND e.kind = d.k->>1"
-                " AND e.slug = d.k->>2 RETURNING 1)"
+                " AND e.slug = d.k->>2"
+                + (" AND e.version = (d.k->>3)::int" if expect is not None else "")
+                + " RETURNING 1)"
             )
-            params["ed_keys"] = json.dumps([[k.namespace, k.kind, k.slug] for k in deletes])
+            params["ed_keys"] = json.dumps(
+                [[k.namespace, k.kind, k.slug, *_expected(expect, k)] for k in deletes]
+            )
             counts.append("(SELECT count(*) FROM ed)")
         if updates:
             ctes.append(
@@ -395,9 +457,11 @@ class BaselineStore:
                     len(updates),
                 )
                 + " k WHERE e.namespace_id = k.key->>0 AND e.kind = k.key->>1"
-                " AND e.slug = k.key->>2 RETURNING 1)"
+                " AND e.slug = k.key->>2"
+                + (" AND e.version = (k.key->>4)::int" if expect is not None else "")
+                + " RETURNING 1)"
             )
-            params["eu_keys"] = _keys_json(updates)
+            params["eu_keys"] = _keys_json(updates, expect)
             params["eu_content"] = contents_json(updates)
             counts.append("(SELECT count(*) FROM eu)")
         created = "0"

@@ -70,6 +70,16 @@ def publish_committed() -> Callable[[], list[str]]:
 
 
 @pytest.fixture
+def locked_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write takes the locked path (BEGIN, lock, log, COMMIT), even a single
+    write outside a transaction: for tests that act between the log statement and
+    COMMIT, which the unlocked path (one autocommit statement) does not have."""
+    from changesets.services import apply
+
+    monkeypatch.setattr(apply, "_may_write_unlocked", lambda *args: False)
+
+
+@pytest.fixture
 def namespace(db):
     """An unprotected namespace ``acme.orders``."""
     return NamespaceFactory(name="acme.orders")

@@ -9,10 +9,11 @@ the locking and the writing here.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import uuid6
@@ -20,13 +21,13 @@ from django.contrib.auth.models import User
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
-from atlas import conf
+from atlas import conf, replicas
 from atlas.db import prepared_cursor
 from atlas.exceptions import NotFound
 from changesets import chain
 from changesets.exceptions import PlanChanged, TooManyOps
 from changesets.fields import to_hex
-from changesets.hooks import run_write_hooks
+from changesets.hooks import has_write_hooks, run_write_hooks
 from changesets.models import BASELINE, Changeset, LogHead, Rpc
 from changesets.ops import WriteOp, op_repr
 from changesets.services import log_statement, netchange
@@ -35,7 +36,14 @@ from changesets.services.plans import plan_digest
 from changesets.services.result import ApplyResult, PlannedResult
 from entities import access
 from entities.models import Namespace
-from entities.store import EntityKey, EntityStore, KeyRaced, StoredEntity, WriteSql
+from entities.store import (
+    EntityKey,
+    EntityStore,
+    KeyRaced,
+    OptimisticStore,
+    StoredEntity,
+    WriteSql,
+)
 
 MAX_ATTEMPTS = 5
 # PostgreSQL's codes for "try the whole transaction again".
@@ -119,25 +127,51 @@ def changeset_apply(
     if plan is None:
         check_op_limit(len(ops))
     for attempt in range(1, MAX_ATTEMPTS + 1):
+        once = functools.partial(
+            _apply_once,
+            store=store,
+            actor=actor,
+            ops=ops,
+            plan=plan,
+            plan_keys=keys,
+            rpc=str(rpc),
+            comment=comment,
+            dry_run=dry_run,
+            check_permissions=check_permissions,
+            provenance=(metadata, context),
+            expect_plan=expect_plan,
+        )
         try:
+            # A retry is always locked: a row that moved once under an unlocked
+            # write may be busy, and a locked write cannot lose to it again.
+            if attempt == 1 and _may_write_unlocked(store, ops, plan):
+                return once(unlocked=True)
             with transaction.atomic():
-                return _apply_once(
-                    store=store,
-                    actor=actor,
-                    ops=ops,
-                    plan=plan,
-                    plan_keys=keys,
-                    rpc=str(rpc),
-                    comment=comment,
-                    dry_run=dry_run,
-                    check_permissions=check_permissions,
-                    provenance=(metadata, context),
-                    expect_plan=expect_plan,
-                )
+                return once(unlocked=False)
         except (KeyRaced, _HeadMissing, OperationalError) as exc:
             if not _worth_retrying(exc) or attempt == MAX_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _may_write_unlocked(store: EntityStore, ops: Sequence[WriteOp], plan: Planner | None) -> bool:
+    """Whether this write may take the one-round-trip path: read unlocked, then
+    write compare-and-set in one autocommit statement that commits as it ends.
+
+    Only a write of one key (two writes of one row each cannot deadlock on each
+    other's rows; a batch's rows are locked in key order instead), with its ops
+    given (a plan decides under the locks), outside any transaction (the
+    caller's transaction must hold what the write locks until its COMMIT), with
+    no write hooks (they run between the log statement and COMMIT), on a store
+    that supports it (``EntityStore`` ``optimistic``).
+    """
+    return (
+        plan is None
+        and getattr(store, "optimistic", False)
+        and not connection.in_atomic_block
+        and not has_write_hooks()
+        and len({op.key for op in ops}) == 1
+    )
 
 
 def _worth_retrying(exc: Exception) -> bool:
@@ -239,12 +273,21 @@ def _apply_once(
     check_permissions: bool,
     provenance: Provenance,
     expect_plan: str | None = None,
+    unlocked: bool = False,
 ) -> ApplyResult:
-    """One attempt of :func:`changeset_apply`, inside its transaction, step by step."""
+    """One attempt of :func:`changeset_apply`, inside its transaction, step by step.
+
+    ``unlocked`` (:func:`_may_write_unlocked`): outside any transaction, step 1
+    reads without locking and step 4 writes compare-and-set, committing as it
+    ends; a row that moved in between fails the write with a serialization
+    failure, which the caller retries locked.
+    """
     branch = store.branch
     touched = [(k, None) for k in plan_keys] if plan else [(op.key, op.pointer) for op in ops]
     keys = list(dict.fromkeys(k for k, _ in touched))  # first-touch order
-    initial = _lock(store, actor, touched, keys, check_permissions=check_permissions)  # 1
+    initial = _lock(  # 1
+        store, actor, touched, keys, check_permissions=check_permissions, for_update=not unlocked
+    )
     if plan is not None:
         ops = _planned_ops(plan, initial, keys)
     missing = [k for k in keys if k not in initial]
@@ -264,8 +307,16 @@ def _apply_once(
     changeset, now = None, timezone.now()
     changed: list[list[str]] = []
     if folded.changes and not dry_run:  # 3: otherwise no changeset
+        if unlocked:  # committed as it ends, outside any transaction the router would see
+            replicas.wrote()
         changeset, now, changed = _record(
-            store=store, actor=actor, rpc=rpc, comment=comment, folded=folded, provenance=provenance
+            store=store,
+            actor=actor,
+            rpc=rpc,
+            comment=comment,
+            folded=folded,
+            provenance=provenance,
+            read_at=_read_versions(initial) if unlocked else None,
         )
     return ApplyResult(
         changeset=changeset,
@@ -287,6 +338,7 @@ def _lock(
     keys: Sequence[EntityKey],
     *,
     check_permissions: bool,
+    for_update: bool = True,
 ) -> dict[EntityKey, StoredEntity]:
     """Step 1: lock the keys' existing rows; refuse a missing namespace (404) or
     a role the actor lacks (403).
@@ -297,12 +349,16 @@ def _lock(
     An actor whose roles are not loaded yet (a request's user) gets a pending
     guard: the lock statement reads its role rows in those namespaces too and
     the check below decides from them, at no round trip (``entities.access.WriteGuard``).
+    Without ``for_update`` (an unlocked write) the statement locks nothing.
     """
     first_pointer: dict[str, str | None] = {}
     for key, pointer in touched:
         first_pointer.setdefault(key.namespace, pointer)
     guard = access.write_guard(actor, branch=store.branch) if check_permissions else None
-    initial, existing = store.lock(keys, guard=guard)
+    if for_update:
+        initial, existing = store.lock(keys, guard=guard)
+    else:
+        initial, existing = cast(OptimisticStore, store).lock(keys, guard=guard, for_update=False)
     for name, pointer in first_pointer.items():
         if name not in existing:
             raise NotFound(f"Namespace {name!r} not found.", pointer=pointer)
@@ -338,13 +394,23 @@ def _record(
     comment: str,
     folded: Folded,
     provenance: Provenance,
+    read_at: Mapping[EntityKey, int] | None = None,
 ) -> tuple[Changeset, datetime, list[list[str]]]:
     """Step 4: the store's rows and the log in one statement, then the write hooks.
-    Returns it, its clock reading and its revisions' changed keys (in change order)."""
+    Returns it, its clock reading and its revisions' changed keys (in change order).
+
+    ``read_at`` (an unlocked write's: the versions its rows were read at) makes the
+    store's writes compare-and-set and the statement a checked one.
+    """
     changes, branch = folded.changes, store.branch
     changeset_id: UUID = uuid6.uuid7()
     now = log_clock()
-    entity_sql = store.write_sql(
+    write_sql = (
+        store.write_sql
+        if read_at is None
+        else functools.partial(cast(OptimisticStore, store).write_sql, expect=read_at)
+    )
+    entity_sql = write_sql(
         changeset_id=changeset_id,
         now=now,
         creates=folded.creates,
@@ -371,6 +437,7 @@ def _record(
         revisions_hex=log_statement.revisions_digest(changes, branch, salts),
         journal=branch == BASELINE,
         entity_sql=entity_sql,
+        checked=read_at is not None,
     )
     # From here to COMMIT this transaction holds the log head's lock: keep it short.
     run_write_hooks(changeset)
@@ -406,6 +473,7 @@ def _write_log(
     salts: Sequence[bytes],
     journal: bool,
     entity_sql: WriteSql,
+    checked: bool = False,
 ) -> list[list[str]]:
     """Run the log statement (``log_statement``: the store's rows, then seq, the
     changeset, its revisions and, on baseline, its journal entry); set ``seq``,
@@ -414,9 +482,10 @@ def _write_log(
 
     A create that lost a race inserted nothing: the head is not moved, nothing
     is logged, and :class:`KeyRaced` retries the whole write. (Tests wrap this
-    function to pause between drawing seq and COMMIT.)
+    function to pause between drawing seq and COMMIT.) A ``checked`` statement
+    (an unlocked write's) raises a serialization failure instead.
     """
-    sql = log_statement.statement(entity_sql, journal=journal)
+    sql = log_statement.statement(entity_sql, journal=journal, checked=checked)
     values = log_statement.params(
         changeset,
         changes,
@@ -424,6 +493,7 @@ def _write_log(
         revisions_hex=revisions_hex,
         salts=salts,
         entity_sql=entity_sql,
+        writes=len(changes) if checked else None,
     )
     with prepared_cursor() as cursor:
         cursor.execute(sql, values)
@@ -439,6 +509,12 @@ def _write_log(
     # No prev_hash, as the row has none (migration 0034): it is the previous row's hash.
     changeset.hash = to_hex(row[2])
     return json.loads(row[4])
+
+
+def _read_versions(initial: Mapping[EntityKey, StoredEntity]) -> dict[EntityKey, int]:
+    """The version each existing row was read at: what an unlocked write's
+    compare-and-set expects to find."""
+    return {key: entity.version for key, entity in initial.items()}
 
 
 def _last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:

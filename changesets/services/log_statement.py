@@ -12,12 +12,14 @@ by PostgreSQL because each reads the one before it:
    (``chain.hash_sql``; stored as its 32 bytes, ``changesets.fields``). The
    transaction holds that lock to COMMIT, so seq order is commit order
    (invariant 6), and it never waits on a round trip to Python while held.
-   It moves only when every create inserted its row.
+   It moves only when every create inserted its row (checked: every row
+   was written, ``statement``).
 3. ``changeset``, ``journal`` (baseline only), ``revisions`` — the log rows,
    from ``h``.
 4. ``result`` — seq, at and the hash, plus ``w.created`` (so a head that
    did not move tells a lost create race from a missing head row), and the
-   revisions' ``changed`` pointers in written order.
+   revisions' ``changed`` pointers in written order. A checked statement
+   raises instead of returning a head that did not move.
 
 Raw SQL buys the write's single round trip for rows and log (measured in
 ``bench/writes_vs_peers.py``; ``tests/changesets/test_write_path.py`` pins it).
@@ -92,9 +94,13 @@ _REVISIONS = (
 # hash goes back as its bytes (``apply._write_log`` makes it hex text).
 _RESULT = (
     " SELECT h.seq, h.at, h.hash, w.created,"
-    " (SELECT json_agg(string_to_array(r.changed, '~2') ORDER BY r.id)::text FROM r)"
+    " (SELECT json_agg(string_to_array(r.changed, '~2') ORDER BY r.id)::text FROM r){check}"
     " FROM w LEFT JOIN h ON TRUE"
 )
+# A checked statement (the unlocked write's) raises instead of returning a head that
+# did not move: it commits as it ends, so its entity rows must go with the error
+# (``atlas_write_moved``, migration 0036).
+_CHECK = ", atlas_write_moved(h.seq IS NULL)"
 
 
 def _entities(entity_sql: WriteSql) -> str:
@@ -102,20 +108,27 @@ def _entities(entity_sql: WriteSql) -> str:
     return f"{ctes}w AS (SELECT {entity_sql.created} AS created, {entity_sql.written} AS written),"
 
 
-def _head() -> str:
+def _head(checked: bool) -> str:
     # Built per statement, not once: the hash expression is chain's to define.
     new_hash = chain.hash_sql(prev=_PREV_HEX, at=_AT, seq="seq + 1", middle="%(middle)s")
+    # Locked rows cannot move, so only a create can fall short; unlocked, any row can.
+    written = "w.written = %(writes)s::bigint" if checked else "w.created = %(creates)s::bigint"
     return (
         f" h AS (UPDATE changesets_loghead SET seq = seq + 1, at = {_AT}, prev_hash = {_PREV},"
-        f" hash = {new_hash} FROM w WHERE id = 1 AND w.created = %(creates)s::bigint"
+        f" hash = {new_hash} FROM w WHERE id = 1 AND {written}"
         " RETURNING seq, at, hash),"
     )
 
 
-def statement(entity_sql: WriteSql, *, journal: bool) -> str:
-    """The log statement's text, part by part (the module docstring's numbers)."""
-    parts = (_entities(entity_sql), _head(), _CHANGESET, _JOURNAL if journal else "")
-    return "WITH " + "".join(parts) + _REVISIONS + _RESULT
+def statement(entity_sql: WriteSql, *, journal: bool, checked: bool = False) -> str:
+    """The log statement's text, part by part (the module docstring's numbers).
+
+    ``checked``: the store's CTEs are compare-and-set (the rows were read
+    unlocked); the head moves only when every row was written, and otherwise the
+    statement fails with ``serialization_failure`` (part 4).
+    """
+    parts = (_entities(entity_sql), _head(checked), _CHANGESET, _JOURNAL if journal else "")
+    return "WITH " + "".join(parts) + _REVISIONS + _RESULT.format(check=_CHECK if checked else "")
 
 
 def _rows(changes: Sequence[NetChange], salts: Sequence[bytes]) -> str:
@@ -145,6 +158,7 @@ def params(
     revisions_hex: str,
     salts: Sequence[bytes],
     entity_sql: WriteSql,
+    writes: int | None = None,
 ) -> dict[str, Any]:
     """The statement's parameters: the store's, then the log's (the images go over
     as the canonical texts already made; an image is an object or absent, so a
@@ -172,6 +186,8 @@ def params(
             "afters": json_array(c.after_text for c in changes),
         }
     )
+    if writes is not None:  # a checked statement's: the rows the store must write
+        out["writes"] = writes
     return out
 
 

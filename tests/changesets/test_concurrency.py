@@ -133,7 +133,14 @@ def test_concurrent_if_match_increments_lose_no_update(writer, namespace):
     print(f"\n{refused[0]} If-Match refusals over {threads * increments} increments")
 
 
-def test_a_polling_reader_sees_every_changeset_once_in_seq_order(writer, namespace, monkeypatch):
+@pytest.mark.parametrize("path", ["locked", "unlocked"])
+def test_a_polling_reader_sees_every_changeset_once_in_seq_order(
+    writer, namespace, monkeypatch, request, path
+):
+    """Locked, the window between drawing seq and COMMIT is widened (the pause after
+    the log statement); unlocked, the log statement commits as it ends."""
+    if path == "locked":
+        request.getfixturevalue("locked_writes")
     real_lock = BaselineStore.lock
     real_write_log = services._write_log
 

@@ -311,7 +311,7 @@ def _wait_for_a_lock_waiter() -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("same_pointer", [False, True], ids=["other-pointer", "same-pointer"])
 def test_a_key_level_revert_racing_a_write_never_overwrites_it(
-    writer, write, monkeypatch, same_pointer
+    writer, write, monkeypatch, same_pointer, locked_writes
 ):
     """The write locks the entity first and holds its transaction open after writing;
     the revert, started meanwhile, waits on the row, then decides on the new state:

@@ -3,9 +3,11 @@
 A request's user object arrives without roles on it. The write does not load
 them with a statement of its own: the store's lock statement reads the actor's
 role rows, locks only where they allow, and hands them back (``entities.access``:
-a *pending* ``WriteGuard``). So an authorized single write is BEGIN, lock,
-log, COMMIT, like plain ``get()`` + ``save()``; a refused one locks nothing;
-and nothing outlives the request, so a revoked grant counts on the next one.
+a *pending* ``WriteGuard``). So an authorized single write is its read and its
+log statement, which commits as it ends (``changesets.services.apply``'s
+unlocked path), half of plain ``get()`` + ``save()``'s four; inside a caller's
+transaction it is BEGIN, lock, log, COMMIT. A refused one locks nothing, and
+nothing outlives the request, so a revoked grant counts on the next one.
 
 Round trips are counted on the wire: libpq's trace of the connection, one per
 ``ReadyForQuery`` the server sends (each statement, BEGIN and COMMIT included).
@@ -71,7 +73,7 @@ def put(actor: User, n: int) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_authorized_single_write_is_four_round_trips_like_get_and_save(writer, staff):
+def test_an_authorized_single_write_is_two_round_trips_half_of_get_and_save(writer, staff):
     put(staff, 0)
     put(fresh(writer), 1)  # statements are prepared on a connection's first use of them
     with round_trips() as atlas:
@@ -79,10 +81,25 @@ def test_an_authorized_single_write_is_four_round_trips_like_get_and_save(writer
     with round_trips() as plain, transaction.atomic():
         ns = Namespace.objects.get(pk=NS)
         ns.save()
-    # fresh() is one round trip of its own, ahead of the write's four.
-    assert len(atlas) == 1 + 4, "\n".join(atlas)
-    assert "BEGIN" in atlas[1] and "COMMIT" in atlas[4], atlas
+    # fresh() is one round trip of its own, ahead of the write's two: the unlocked
+    # read (with the role rows), then the log statement, which commits as it ends.
+    assert len(atlas) == 1 + 2, "\n".join(atlas)
+    assert not any("BEGIN" in s or "COMMIT" in s for s in atlas), atlas
     assert len(plain) == 4, plain
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_a_callers_transaction_it_is_the_locked_four(writer, staff):
+    put(staff, 0)
+    with transaction.atomic():
+        put(fresh(writer), 1)  # prepares the locked path's statements
+    with round_trips() as atlas, transaction.atomic():
+        put(fresh(writer), 2)
+    # BEGIN, the token lookup's stand-in, then SAVEPOINT, lock, log, RELEASE, and
+    # the caller's COMMIT.
+    assert len(atlas) == 1 + 1 + 4 + 1, "\n".join(atlas)
+    assert "BEGIN" in atlas[0] and "COMMIT" in atlas[-1], atlas
+    assert "SAVEPOINT" in atlas[2] and "RELEASE" in atlas[5], atlas
 
 
 def test_the_role_rows_ride_in_the_lock_statement(writer, staff):

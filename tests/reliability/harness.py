@@ -655,6 +655,9 @@ def _write(spec: dict[str, Any], out_path: Path) -> None:
     from changesets.services import apply as services
     from entities.store import BaselineStore, EntityKey, baseline
 
+    # Its pauses and rollbacks act between the log statement and COMMIT: the locked
+    # path (an unlocked write commits in its log statement).
+    services._may_write_unlocked = lambda *args: False
     rng = random.Random(spec.get("seed"))
     actor = get_user_model().objects.get(username=spec["actor"])
     ns, kind = spec["namespace"], spec.get("kind", "item")
@@ -754,6 +757,8 @@ def _hold(spec: dict[str, Any]) -> None:
     from changesets.services import apply as services
     from entities.store import BaselineStore, EntityKey, baseline
 
+    # It stops between drawing seq and COMMIT: the locked path, which has that moment.
+    services._may_write_unlocked = lambda *args: False
     control = Path(spec["control"])
     actor = get_user_model().objects.get(username=spec["actor"])
     key = EntityKey(*spec["key"].split("/"))
