@@ -169,6 +169,7 @@ def _may_write_unlocked(store: EntityStore, ops: Sequence[WriteOp], plan: Planne
         plan is None
         and getattr(store, "optimistic", False)
         and not connection.in_atomic_block
+        and connection.get_autocommit()  # no transaction managed by hand either
         and not has_write_hooks()
         and len({op.key for op in ops}) == 1
     )

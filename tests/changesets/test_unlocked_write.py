@@ -143,7 +143,13 @@ def test_a_delete_racing_a_write_deletes_what_the_row_became(writer, race):
 
 @pytest.mark.parametrize(
     "where",
-    ["single, no transaction", "batch of two keys", "caller's transaction", "write hook"],
+    [
+        "single, no transaction",
+        "batch of two keys",
+        "caller's transaction",
+        "transaction by hand",
+        "write hook",
+    ],
 )
 def test_which_writes_read_unlocked(writer, where):
     apply(writer, PutOp(A, {"n": 0}), PutOp(B, {"n": 0}))
@@ -154,6 +160,13 @@ def test_which_writes_read_unlocked(writer, where):
         if where == "caller's transaction":
             with transaction.atomic():
                 apply(writer, *ops)
+        elif where == "transaction by hand":
+            transaction.set_autocommit(False)
+            try:
+                apply(writer, *ops)
+                transaction.commit()
+            finally:
+                transaction.set_autocommit(True)
         elif where == "write hook":
             with in_write_transaction(lambda changeset: None):
                 apply(writer, *ops)
