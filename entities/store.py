@@ -285,24 +285,29 @@ def like_prefix(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-# The keys of a lock statement: many as one JSON document, one as three parameters.
-# A generic plan takes a set-returning function for 100 rows, so one key's lock was
-# planned as a hash join over a scan of the entity table; as one row it is a probe of
-# the key's unique index (0.24 against 0.33 ms at the client for a single write's read).
-_MANY_KEYS = (
-    "SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug FROM jsonb_array_elements(%(keys)s::jsonb) v"
-)
+# The keys of a lock statement: one as three parameters, many as one JSON document
+# whose count the text states (:func:`counted`). A generic plan takes a set-returning
+# function for 100 rows, so a lock of a few keys was planned as a hash join over a scan
+# of the entity table; as one row (or the count) it is a probe of the key's unique index
+# per key (0.24 against 0.33 ms at the client for a single write's read).
 _ONE_KEY = "SELECT %(ns)s::text AS ns, %(kind)s::text AS kind, %(slug)s::text AS slug"
 
 
-@functools.cache
-def _lock_sql(for_update: bool = True, one: bool = False) -> str:
-    """:meth:`BaselineStore.lock`'s statement; rows tagged ``n`` (namespace), ``e``
-    (a locked entity row, or without ``for_update`` a read one) or ``r`` (one of a
-    pending guard's role rows). ``one``: for a single key (``_ONE_KEY``)."""
+def _keys_sql(count: int) -> str:
+    if count == 1:
+        return _ONE_KEY
+    rows = counted("jsonb_array_elements(%(keys)s::jsonb) AS j(key)", count)
+    return f"SELECT x.key->>0 AS ns, x.key->>1 AS kind, x.key->>2 AS slug FROM {rows} x"
+
+
+@functools.lru_cache(maxsize=256)
+def _lock_sql(for_update: bool = True, count: int = 1) -> str:
+    """:meth:`BaselineStore.lock`'s statement for ``count`` keys; rows tagged ``n``
+    (namespace), ``e`` (a locked entity row, or without ``for_update`` a read one) or
+    ``r`` (one of a pending guard's role rows)."""
     lock = " FOR UPDATE OF e" if for_update else ""
     return (
-        f"WITH k AS ({_ONE_KEY if one else _MANY_KEYS}),"
+        f"WITH k AS ({_keys_sql(count)}),"
         " n AS (SELECT name, protected FROM entities_namespace"
         "  WHERE name IN (SELECT ns FROM k)),"
         f" {access.guard_ctes()},"
@@ -399,7 +404,7 @@ class BaselineStore:
         else:
             params["keys"] = json.dumps([[k.namespace, k.kind, k.slug] for k in keys])
         with prepared_cursor() as cursor:
-            cursor.execute(_lock_sql(for_update, one=len(keys) == 1), params)
+            cursor.execute(_lock_sql(for_update, len(keys)), params)
             result = cursor.fetchall()
         rows: dict[EntityKey, StoredEntity] = {}
         namespaces: dict[str, bool] = {}

@@ -85,7 +85,10 @@ def test_a_delete_finds_its_rows_by_index(many_entities, staff):
         assert "entity_key_unique" in plan, plan
 
 
-def test_the_lock_finds_its_rows_by_index(many_entities, staff):
-    ops: list[WriteOp] = [PutOp(key("o-9"), {"n": -9})]
+@pytest.mark.parametrize("size", [1, 3])
+def test_the_lock_finds_its_rows_by_index(many_entities, staff, size):
+    """One key goes as three parameters, more as a JSON document with its count."""
+    ops: list[WriteOp] = [PutOp(key(f"o-{n}"), {"n": -n}) for n in range(9, 9 + size)]
     for plan in plans_of(baseline, staff, ops, lambda sql: "FOR UPDATE OF e" in sql):
         assert "Seq Scan on entities_entity" not in plan, plan
+        assert "entity_key_unique" in plan, plan
