@@ -98,7 +98,10 @@ def changeset_apply(
     Why it is shaped this way:
 
     1. Existing rows are locked (``FOR UPDATE``, in key order) before any
-       precondition is read, so If-Match can never lose an update.
+       precondition is read, so If-Match can never lose an update. A write of
+       one key outside any transaction reads it unlocked instead and writes it
+       compare-and-set, committing in its log statement; a row that moved in
+       between sends it back here, locked (:func:`_may_write_unlocked`).
     2. Ops run in memory against that locked state; later ops see earlier
        ones. Each key folds to one net change: first ``before``, last ``after``
        (invariant 4). A key whose net change is nothing writes nothing.
