@@ -128,9 +128,9 @@ class ChangesetAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdm
             # and so does a readable namespace filter beside it.
             if wanted and (readable is None or wanted in readable):
                 request.atlas_scoped_to = wanted  # type: ignore[attr-defined]
-                return visible_changesets([wanted], rare_rpc=True)
+                return visible_changesets([wanted], seek_elsewhere=True)
             if readable is not None:
-                return visible_changesets(readable, rare_rpc=True)
+                return visible_changesets(readable, seek_elsewhere=True)
         if readable is None or not on_changelist or not wanted or wanted not in readable:
             return super().get_queryset(request)
         request.atlas_scoped_to = wanted  # type: ignore[attr-defined]
