@@ -19,7 +19,9 @@ This measures what that costs:
    the binary); ``async`` (direct, ``SET synchronous_commit = off`` in the
    writers' sessions: the documented lever).
 3. Why it flattens: per write, client-side, the log statement's time, the
-   time from its end to COMMIT (Python inside the hold) and COMMIT's time;
+   time from its end to COMMIT (Python inside the hold) and COMMIT's time
+   (both 0 for Atlas's single write outside a transaction, whose log statement
+   commits as it ends: its time includes the flush);
    the server's cost of a WAL flush (a probe session's COMMIT with
    ``synchronous_commit`` on and off, its ``pg_stat_wal`` sync time under
    ``track_wal_io_timing``, and ``pg_test_fsync`` on the data directory's
@@ -173,8 +175,11 @@ def _writer_loop(index: int, config: dict[str, Any], commands: Any, results: Any
             if time.monotonic() > end_at:
                 break
             stmt = marks.get("stmt1", t0) - marks.get("stmt0", t0)
-            gap = marks.get("commit0", t0) - marks.get("stmt1", marks.get("commit0", t0))
-            commit_ms = marks.get("commit1", t0) - marks.get("commit0", t0)
+            if "commit0" in marks:
+                gap = marks["commit0"] - marks.get("stmt1", marks["commit0"])
+                commit_ms = marks["commit1"] - marks["commit0"]
+            else:  # the unlocked single write: its log statement committed as it ended
+                gap = commit_ms = 0.0
             samples.append(((t1 - t0) * 1000, stmt * 1000, gap * 1000, commit_ms * 1000))
         results.put(("done", index, samples))
 
@@ -822,10 +827,19 @@ def why_lines(measured: dict[str, Any], levels: list[int], breakdown: dict[str, 
         parts.append(f"Python from the statement's end to COMMIT {one['gap']:.3f} ms")
         if after is not None:
             parts.append(f"the statement's rows after the head update {after:.2f} ms")
+        if not one["commit"]:
+            # The unlocked single write (changesets.services.apply): no COMMIT of its own.
+            parts = [
+                "the single write's log statement commits as it ends (the unlocked path,"
+                " docs/architecture.md), so its COMMIT and the flush are inside the"
+                f" statement's {one['stmt']:.2f} ms, and no Python runs while the head is held"
+            ]
+            if after is not None:
+                parts.append(f"the statement's rows after the head update {after:.2f} ms")
         lines += [
             "",
             f"**What is inside the hold** (direct, one writer, p50): {'; '.join(parts)}"
-            + (f": COMMIT is {one['commit'] / hold:.0%} of it." if hold else ".")
+            + (f": COMMIT is {one['commit'] / hold:.0%} of it." if hold and one["commit"] else ".")
             + " Nothing else sits in it: the head update, the changeset, journal and revision"
             " inserts are one statement (no round trip to Python while the lock is held);"
             " the checks deferred to COMMIT are the revision's and journal entry's foreign"
