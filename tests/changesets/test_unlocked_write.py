@@ -205,3 +205,26 @@ def test_the_checked_statement_writes_nothing_when_the_row_moved(writer):
     assert entity is not None and entity.content == {"n": 1} and entity.version == 2
     assert Changeset.objects.order_by("-seq").first() == head
     log_verifies()
+
+
+def test_over_http_a_put_racing_a_write_answers_412_and_an_unconditional_one_lands(
+    writer, race, client_for
+):
+    """The API's single writes take the unlocked path (no Idempotency-Key): a race is
+    judged against the row as it now is, and the answer says so."""
+    from tests.atlas.test_errors import assert_problem
+
+    client = client_for(writer)
+    url = f"/api/v1/entities/{NS}/order/a"
+    assert client.put(url, {"content": {"n": 0}}, format="json").status_code == 201
+    calls = race(writer, PatchOp(A, {"n": 1}))
+    response = client.put(url, {"content": {"n": 2}}, format="json", HTTP_IF_MATCH='"1"')
+    assert calls == [False, False, True]  # read unlocked; theirs; ours again, locked
+    body = assert_problem(response, 412)
+    assert "version 2" in body["detail"]
+    race(writer, PatchOp(A, {"n": 3}))
+    response = client.put(url, {"content": {"n": 4}}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["entity"]["version"] == 4
+    assert versions(A) == [(None, 1), (1, 2), (2, 3), (3, 4)]
+    log_verifies()
