@@ -129,21 +129,21 @@ def changeset_apply(
     """
     if plan is None:
         check_op_limit(len(ops))
+    once = functools.partial(
+        _apply_once,
+        store=store,
+        actor=actor,
+        ops=ops,
+        plan=plan,
+        plan_keys=keys,
+        rpc=str(rpc),
+        comment=comment,
+        dry_run=dry_run,
+        check_permissions=check_permissions,
+        provenance=(metadata, context),
+        expect_plan=expect_plan,
+    )
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        once = functools.partial(
-            _apply_once,
-            store=store,
-            actor=actor,
-            ops=ops,
-            plan=plan,
-            plan_keys=keys,
-            rpc=str(rpc),
-            comment=comment,
-            dry_run=dry_run,
-            check_permissions=check_permissions,
-            provenance=(metadata, context),
-            expect_plan=expect_plan,
-        )
         try:
             # A retry is always locked: a row that moved once under an unlocked
             # write may be busy, and a locked write cannot lose to it again.
