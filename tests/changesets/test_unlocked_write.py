@@ -20,15 +20,17 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from atlas.exceptions import NotFound, PreconditionFailed
 from changesets.hooks import in_write_transaction
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, WriteOp
+from changesets.services import apply as services
 from changesets.services.apply import changeset_apply
 from entities.store import BaselineStore, EntityKey, baseline
+from tests.atlas.test_errors import assert_problem
 from tests.changesets.test_concurrency import assert_no_errors, run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -181,10 +183,6 @@ def test_which_writes_read_unlocked(writer, where):
 def test_the_checked_statement_writes_nothing_when_the_row_moved(writer):
     """The statement itself, given a stale expectation: it raises and leaves the
     entity, the head and the log as they were (the rows it wrote go with it)."""
-    from django.db import OperationalError
-
-    from changesets.services import apply as services
-
     apply(writer, PutOp(A, {"n": 0}))
     apply(writer, PatchOp(A, {"n": 1}))
     head = Changeset.objects.order_by("-seq").first()
@@ -212,8 +210,6 @@ def test_over_http_a_put_racing_a_write_answers_412_and_an_unconditional_one_lan
 ):
     """The API's single writes take the unlocked path (no Idempotency-Key): a race is
     judged against the row as it now is, and the answer says so."""
-    from tests.atlas.test_errors import assert_problem
-
     client = client_for(writer)
     url = f"/api/v1/entities/{NS}/order/a"
     assert client.put(url, {"content": {"n": 0}}, format="json").status_code == 201
