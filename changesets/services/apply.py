@@ -143,11 +143,18 @@ def changeset_apply(
         provenance=(metadata, context),
         expect_plan=expect_plan,
     )
+    return _attempts(once, unlocked_first=_may_write_unlocked(store, ops, plan))
+
+
+def _attempts(once: Callable[..., ApplyResult], *, unlocked_first: bool) -> ApplyResult:
+    """Run ``once`` until it returns, retrying what :func:`_worth_retrying` allows.
+
+    A retry is always locked: a row that moved once under an unlocked write may
+    be busy, and a locked write cannot lose to it again.
+    """
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            # A retry is always locked: a row that moved once under an unlocked
-            # write may be busy, and a locked write cannot lose to it again.
-            if attempt == 1 and _may_write_unlocked(store, ops, plan):
+            if attempt == 1 and unlocked_first:
                 return once(unlocked=True)
             with transaction.atomic():
                 return once(unlocked=False)
@@ -279,13 +286,9 @@ def _apply_once(
     expect_plan: str | None = None,
     unlocked: bool = False,
 ) -> ApplyResult:
-    """One attempt of :func:`changeset_apply`, inside its transaction, step by step.
-
-    ``unlocked`` (:func:`_may_write_unlocked`): outside any transaction, step 1
-    reads without locking and step 4 writes compare-and-set, committing as it
-    ends; a row that moved in between fails the write with a serialization
-    failure, which the caller retries locked.
-    """
+    """One attempt of :func:`changeset_apply`, inside its transaction, step by step;
+    ``unlocked`` (:func:`_may_write_unlocked`), outside any: step 1 reads without
+    locking and step 4 writes compare-and-set, committing as it ends."""
     branch = store.branch
     touched = [(k, None) for k in plan_keys] if plan else [(op.key, op.pointer) for op in ops]
     keys = list(dict.fromkeys(k for k, _ in touched))  # first-touch order
@@ -300,19 +303,11 @@ def _apply_once(
     results = netchange.run_ops(ops, state, initial=initial, last_versions=last_versions)  # 2
     folded = netchange.fold(keys, base, state)
     results = netchange.unmoved_results(ops, results, folded.unmoved, initial)
-    if (
-        expect_plan is not None
-        and plan_digest(branch=branch, changes=folded.changes) != expect_plan
-    ):
-        raise PlanChanged(
-            "What this write would record is not the plan it confirms: the entities"
-            " changed since the dry run. Nothing was written; dry-run again."
-        )
+    if expect_plan is not None:
+        _confirm_plan(expect_plan, branch, folded)
     changeset, now = None, timezone.now()
     changed: list[list[str]] = []
     if folded.changes and not dry_run:  # 3: otherwise no changeset
-        if unlocked:  # committed as it ends, outside any transaction the router would see
-            replicas.wrote()
         changeset, now, changed = _record(
             store=store,
             actor=actor,
@@ -378,6 +373,15 @@ def _lock(
     return initial
 
 
+def _confirm_plan(expect_plan: str, branch: str, folded: Folded) -> None:
+    """Refuse (:class:`PlanChanged`) a write whose net changes are not the previewed plan."""
+    if plan_digest(branch=branch, changes=folded.changes) != expect_plan:
+        raise PlanChanged(
+            "What this write would record is not the plan it confirms: the entities"
+            " changed since the dry run. Nothing was written; dry-run again."
+        )
+
+
 def _planned_ops(
     plan: Planner, initial: Mapping[EntityKey, StoredEntity], keys: Sequence[EntityKey]
 ) -> list[WriteOp]:
@@ -407,6 +411,8 @@ def _record(
     store's writes compare-and-set and the statement a checked one.
     """
     changes, branch = folded.changes, store.branch
+    if read_at is not None:  # commits as it ends, outside any transaction the router sees
+        replicas.wrote()
     changeset_id: UUID = uuid6.uuid7()
     now = log_clock()
     write_sql = (
