@@ -103,6 +103,13 @@ def _keys_json(writes: Sequence[EntityWrite], expect: Mapping[EntityKey, int] | 
     )
 
 
+def _row_of(item: str, version_at: int | None) -> str:
+    """The condition matching ``e`` to the JSON key ``item`` (``[namespace, kind, slug,
+    …]``); with ``version_at``, only at the version in that element (compare-and-set)."""
+    match = f"e.namespace_id = {item}->>0 AND e.kind = {item}->>1 AND e.slug = {item}->>2"
+    return match if version_at is None else f"{match} AND e.version = ({item}->>{version_at})::int"
+
+
 def _expected(expect: Mapping[EntityKey, int] | None, key: EntityKey) -> list[int]:
     """``[the version key was read at]`` with ``expect``, else nothing."""
     return [] if expect is None else [expect[key]]
@@ -453,10 +460,7 @@ class BaselineStore:
             ctes.append(
                 f"ed AS (DELETE FROM entities_entity e USING {writer.MARK_JOIN}, "
                 + counted("jsonb_array_elements(%(ed_keys)s::jsonb) AS d(k)", len(deletes))
-                + " d WHERE e.namespace_id = d.k->>0 AND e.kind = d.k->>1"
-                " AND e.slug = d.k->>2"
-                + (" AND e.version = (d.k->>3)::int" if expect is not None else "")
-                + " RETURNING 1)"
+                + f" d WHERE {_row_of('d.k', None if expect is None else 3)} RETURNING 1)"
             )
             params["ed_keys"] = json.dumps(
                 [[k.namespace, k.kind, k.slug, *_expected(expect, k)] for k in deletes]
@@ -473,10 +477,7 @@ class BaselineStore:
                     " jsonb_array_elements(%(eu_content)s::jsonb)) AS k(key, content)",
                     len(updates),
                 )
-                + " k WHERE e.namespace_id = k.key->>0 AND e.kind = k.key->>1"
-                " AND e.slug = k.key->>2"
-                + (" AND e.version = (k.key->>4)::int" if expect is not None else "")
-                + " RETURNING 1)"
+                + f" k WHERE {_row_of('k.key', None if expect is None else 4)} RETURNING 1)"
             )
             params["eu_keys"] = _keys_json(updates, expect)
             params["eu_content"] = contents_json(updates)
