@@ -132,7 +132,25 @@ class Changeset(AppendOnlyModel):
                 fields=["branch", "seq"], condition=~Q(branch=BASELINE), name="changeset_branch_seq"
             ),
             models.Index(fields=["author_name", "seq"], name="changeset_author_seq"),
-            GinIndex(fields=["namespaces"], name="changeset_namespaces"),
+            # A namespace's changesets newest first, as seeks (issue 18; migration
+            # 0037, ``changesets.selectors.by_namespace``): a B-tree per position
+            # of ``namespaces``, because a GIN index cannot return rows in seq
+            # order and a rare namespace's page sorted every changeset it ever
+            # had. Nearly every changeset touches one namespace, so the first is
+            # an index of every row and the second of a batch's across two; the
+            # few that touch three or more keep a GIN index of their own.
+            models.Index(F("namespaces__0"), F("seq"), name="changeset_ns1_seq"),
+            models.Index(
+                F("namespaces__1"),
+                F("seq"),
+                condition=Q(namespaces__1__isnull=False),
+                name="changeset_ns2_seq",
+            ),
+            GinIndex(
+                fields=["namespaces"],
+                condition=Q(namespaces__2__isnull=False),
+                name="changeset_ns3_more",
+            ),
             # A rare rpc's newest changesets are a seek here; a common one's are
             # dense in the seq index, read backwards (issue 18).
             models.Index(

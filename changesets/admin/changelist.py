@@ -1,6 +1,7 @@
 """How the changeset list narrows millions of rows: its filters, each a seek (issue 18).
 
-- namespace: the readable names (a small table); filters on the GIN-indexed array;
+- namespace: the readable names (a small table); filters on the namespaces'
+  position indexes (``changesets.selectors.by_namespace``);
 - rpc: the fixed choices (no query); a rare rpc is served by ``changeset_rare_rpc``;
 - author and branch: for users who read everything, the column's distinct
   values by a loose index scan (one seek per value); for users limited to
@@ -30,6 +31,7 @@ from django.utils import timezone
 from atlas.admin_keyset import AFTER, BEFORE
 from atlas.admin_mixins import admin_roles, loose_index_scan, readable_namespace_choices
 from changesets.models import BASELINE, Changeset
+from changesets.selectors import by_namespace
 from changesets.selectors.log import seq_upto
 
 # Filter choices listed at most (the URL still filters by any value).
@@ -38,7 +40,8 @@ BASELINE_CHOICE = "~baseline"  # never a branch name (those start with [a-z0-9])
 
 
 class NamespaceFilter(admin.SimpleListFilter):
-    """Namespaces the user can read; filters on the GIN-indexed ``namespaces`` array."""
+    """Namespaces the user can read; filters by the ``namespaces`` array's position
+    indexes (:func:`~changesets.selectors.by_namespace.touching`)."""
 
     title = "namespace"
     parameter_name = "namespace"
@@ -54,7 +57,7 @@ class NamespaceFilter(admin.SimpleListFilter):
             return queryset.none()  # filtering by an unreadable namespace reveals nothing
         if getattr(request, "atlas_scoped_to", None) == value:
             return None  # the scope is this namespace already (ChangesetAdmin.get_queryset)
-        return queryset.filter(namespaces__contains=[value])
+        return queryset.filter(by_namespace.touching([value]))
 
 
 class TypedFilter(admin.SimpleListFilter):

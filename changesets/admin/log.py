@@ -29,6 +29,7 @@ from changesets.admin.search import (
     search_page,
 )
 from changesets.models import COMMON_RPCS, Changeset, JournalEntry, JournalPhase, Revision
+from changesets.selectors import by_namespace
 from changesets.selectors.log import visible_changesets
 from entities.store import EntityKey
 
@@ -134,7 +135,7 @@ class ChangesetAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdm
         if readable is None or not on_changelist or not wanted or wanted not in readable:
             return super().get_queryset(request)
         request.atlas_scoped_to = wanted  # type: ignore[attr-defined]
-        return self.model._default_manager.filter(namespaces__contains=[wanted])
+        return self.model._default_manager.filter(by_namespace.touching([wanted]))
 
     def get_list_display(self, request: HttpRequest) -> Any:
         readable = admin_roles(request).readable()

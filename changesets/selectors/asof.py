@@ -118,35 +118,32 @@ def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> C
 
 # ``as_of_time`` for a caller who reads only some namespaces, in one statement:
 # ``b`` is the time's seq boundary (``atlas_seq_bound``, a bisection of seq:
-# ``changesets.selectors.log.seq_upto``); ``near``
-# reads the newest ``window`` baseline changesets at or before it, walking the seq
-# index back from there (skipping the few branch changesets: ``changeset_branch_seq``
-# holds only those), where a caller reading anything busy finds one. Only
-# when none of those is visible (and there were more) does the second arm run
-# (COALESCE evaluates it lazily): the caller's namespaces on the GIN index,
-# older than the window. ``seq + 0`` keeps the planner from answering that arm
-# with a backward walk over everything the caller cannot see, or from ANDing the
-# posting list with the seq index's range below the window (a bitmap of half the
-# log at half its depth: without ``changeset_branch_seq`` over baseline, migration
-# 0028, the narrower seq index made that look cheap).
+# ``changesets.selectors.log.seq_upto``); the answer is the highest of, for each
+# of her namespaces, its newest baseline changeset at or below it, each one
+# backward seek on the namespace's position index (``changeset_ns1_seq``,
+# ``changeset_ns2_seq``, migration 0037), and the newest wide batch (three
+# namespaces or more, ``changeset_ns3_more``) she can see there. A namespace
+# absent near the time costs the same seek as a busy one: before 0037 the
+# statement read a window of the log before the boundary and then a GIN
+# bitmap of every changeset of hers, which grew with the log (issue 18).
+# Each namespace is its own arm with its name as a literal, so the planner
+# judges each by its own statistics (with one arm over ``unnest`` it took the
+# seq index for a rare one too, and walked it). ``seq + 0`` keeps the wide arm
+# on its bitmap (few rows) rather than a walk of the seq index
+# (``changesets.selectors.by_namespace`` says why).
 _AS_OF_TIME_SCOPED = """
-WITH b AS MATERIALIZED (
-    SELECT atlas_seq_bound(%(at)s::timestamptz, true) AS seq
-), near AS MATERIALIZED (
-    SELECT seq, namespaces FROM changesets_changeset
-    WHERE branch = '' AND seq <= (SELECT seq FROM b) ORDER BY seq DESC LIMIT %(window)s
-)
-SELECT * FROM changesets_changeset WHERE seq = COALESCE(
-    (SELECT max(seq) FROM near WHERE namespaces && %(ns)s::varchar(200)[]),
-    (SELECT seq FROM changesets_changeset
-     WHERE (SELECT count(*) FROM near) = %(window)s
-       AND branch = '' AND namespaces && %(ns)s::varchar(200)[]
-       AND seq + 0 < (SELECT min(seq) FROM near)
-     ORDER BY seq + 0 DESC LIMIT 1)
-)
+WITH b AS MATERIALIZED (SELECT atlas_seq_bound(%(at)s::timestamptz, true) AS seq)
+SELECT * FROM changesets_changeset WHERE seq = (SELECT max(found) FROM ({arms}) arms(found))
 """
-# How many changesets before the boundary the scoped resolution reads in order.
-_WINDOW = 200
+_AS_OF_ARM = """
+(SELECT seq FROM changesets_changeset WHERE namespaces[{position}] = %({name})s
+   AND branch = '' AND seq <= (SELECT seq FROM b) ORDER BY seq DESC LIMIT 1)
+"""
+_AS_OF_WIDE_ARM = """
+(SELECT seq FROM changesets_changeset WHERE namespaces[3] IS NOT NULL
+   AND namespaces && %(ns)s::varchar(200)[] AND branch = '' AND seq + 0 <= (SELECT seq FROM b)
+ ORDER BY seq + 0 DESC LIMIT 1)
+"""
 
 
 def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset | None:
@@ -170,8 +167,13 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
         return newest.order_by("-seq").first()
     if not namespaces:
         return None
-    params = {"at": end_of_millisecond(at), "window": _WINDOW, "ns": list(namespaces)}
-    return next(iter(Changeset.objects.raw(_AS_OF_TIME_SCOPED, params)), None)
+    params: dict[str, Any] = {"at": end_of_millisecond(at), "ns": list(namespaces)}
+    arms = [_AS_OF_WIDE_ARM]
+    for i, name in enumerate(namespaces):
+        params[f"n{i}"] = name
+        arms += [_AS_OF_ARM.format(position=p, name=f"n{i}") for p in (1, 2)]
+    sql = _AS_OF_TIME_SCOPED.format(arms=" UNION ALL ".join(arms))
+    return next(iter(Changeset.objects.raw(sql, params)), None)
 
 
 # The branch header, named here as the pointer of the error (selectors know no HTTP).

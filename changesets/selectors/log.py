@@ -23,6 +23,7 @@ from changesets import chain
 from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase, ArchiveCut
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
+from changesets.selectors import by_namespace
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
 
@@ -119,17 +120,20 @@ def visible_changesets(
 ) -> QuerySet[Changeset]:
     """Changesets with at least one op the caller can read (invariant 8).
 
+    The test is :func:`~changesets.selectors.by_namespace.touching`, which the
+    namespaces' position indexes serve; a page newest first merges them instead
+    (:func:`changeset_list`).
+
     ``seek_elsewhere``: the caller also filters by something a small seq-ordered
     index serves (an rpc outside ``COMMON_RPCS``: ``changeset_rare_rpc``; a named
-    branch: ``changeset_branch_seq``). The test is then written so that the GIN
-    index cannot serve it, and the plan drives from that index, testing each
-    row: by the GIN index the planner ANDed in a bitmap of every readable
-    changeset, 40 ms at ten million for a reader of a 3% namespace, growing with
-    the log (issue 18). The cost is then the filter's rows above the page, at
-    most the rpc's or the branch's. (For a branch page the two plans cost nearly
-    the same at 60,000 changesets, so the planner took either by the run:
-    ``test_scale_plans``.) Baseline pages keep the GIN index within reach: for a
-    reader of rare namespaces it is what spares a walk of the whole log.
+    branch: ``changeset_branch_seq``). The test is then written so that no
+    namespace index can serve it, and the plan drives from that index, testing
+    each row: by the namespaces' index (GIN then) the planner ANDed in a bitmap
+    of every readable changeset, 40 ms at ten million for a reader of a 3%
+    namespace, growing with the log (issue 18). The cost is then the filter's
+    rows above the page, at most the rpc's or the branch's. (For a branch page
+    the two plans cost nearly the same at 60,000 changesets, so the planner
+    took either by the run: ``test_scale_plans``.)
     """
     qs = Changeset.objects.all()
     if namespaces is None:
@@ -137,7 +141,7 @@ def visible_changesets(
     if seek_elsewhere:
         qs = qs.alias(plain=Cast("namespaces", ArrayField(TextField())))
         return qs.filter(**{"plain__overlap": list(namespaces)})
-    return qs.filter(namespaces__overlap=list(namespaces))
+    return qs.filter(by_namespace.touching(namespaces))
 
 
 def sees_every_namespace(changeset: Changeset, namespaces: Sequence[str] | None) -> bool:
@@ -203,7 +207,11 @@ def changeset_list(
     """Newest first by ``seq``; ``branch=None`` means every branch, ``""`` baseline.
 
     Changesets only: their ops come from :func:`first_ops` (a bounded number each).
+    A namespace filter, or a scoped reader's visibility, is served by the
+    namespaces' seq-ordered indexes, merged (:mod:`~changesets.selectors.by_namespace`),
+    unless a rare rpc or a named branch drives the page.
     """
+    merge_over: list[str] | None = None
     if namespace is not None:
         if namespaces is not None and namespace not in namespaces:
             # Filtering by an unreadable namespace must not reveal which
@@ -216,16 +224,23 @@ def changeset_list(
         qs = Changeset.objects.all()
         if rpc is not None and rpc not in COMMON_RPCS:
             # Drive from ``changeset_rare_rpc`` (a rare rpc's rows are few) and
-            # test the namespace on those: by the GIN index, the planner ANDed
-            # in a bitmap of the namespace's every changeset (8 ms at a million
-            # for a 3% namespace, growing with the log).
+            # test the namespace on those: by the namespace's indexes, the
+            # planner ANDed in a bitmap of the namespace's every changeset (8 ms
+            # at a million for a 3% namespace, growing with the log).
             qs = qs.alias(plain=Cast("namespaces", ArrayField(TextField())))
             qs = qs.filter(**{"plain__contains": [namespace]})
         else:
-            qs = qs.filter(namespaces__contains=[namespace])
+            merge_over = [namespace]
     else:
         rare_rpc = rpc is not None and rpc not in COMMON_RPCS
-        qs = visible_changesets(namespaces, seek_elsewhere=rare_rpc or bool(branch))
+        seek_elsewhere = rare_rpc or bool(branch)
+        if namespaces is not None and not seek_elsewhere and author is None:
+            # The reader's namespaces' own indexes, merged newest first. (With an
+            # author, the author's index drives once: an arm per namespace would
+            # each read a rare author's every changeset.)
+            qs, merge_over = Changeset.objects.all(), list(namespaces)
+        else:
+            qs = visible_changesets(namespaces, seek_elsewhere=seek_elsewhere)
     if branch is not None:
         # A named branch: a backward seek on ``changeset_branch_seq``, which holds
         # branch changesets only (migration 0028). Baseline: the seq index read
@@ -247,6 +262,8 @@ def changeset_list(
         qs = qs.filter(seq__lt=before_seq)
     if floor := boundary.floor():
         qs = qs.filter(seq__gt=floor)
+    if merge_over is not None:
+        return by_namespace.newest_touching(qs, merge_over, limit=limit)
     return list(qs.order_by("-seq")[:limit])
 
 

@@ -274,3 +274,54 @@ def test_a_message_is_stored_as_null_and_read_as_the_rule_on_either_side_of_0033
     write(staff, f"{NS}/order/a", {"n": 3})
     assert [m for _, m in _stored_messages()] == [*texts, None]  # old rows keep their text
     assert "ok: 3 changeset(s) verified" in _verify_log()
+
+
+BEFORE_NAMESPACE_SEEKS = [("changesets", "0036_write_moved_check")]
+
+
+def _changeset_indexes() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'changesets_changeset'"
+        )
+        return dict(cursor.fetchall())
+
+
+def _statistics() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT stxname FROM pg_statistic_ext"
+            " WHERE stxrelid = 'changesets_changeset'::regclass"
+        )
+        return {name for (name,) in cursor.fetchall()}
+
+
+def test_the_namespace_indexes_replace_the_gin_index_and_back(
+    staff, namespace, write, back_to_latest
+):
+    """0037 puts the position indexes (and their statistics, from PostgreSQL 14) in
+    place of the GIN index over every changeset; back past it the GIN index returns.
+    A namespace's page is the same on either side."""
+    from changesets.selectors.log import changeset_list
+
+    write(staff, f"{NS}/order/a", {"n": 1})
+    write(staff, f"{NS}/order/b", {"n": 1})
+    seqs = [c.seq for c in changeset_list(namespaces=None, namespace=NS)]
+    assert len(seqs) == 2
+    new = {"changeset_ns1_seq", "changeset_ns2_seq", "changeset_ns3_more"}
+    assert new <= set(_changeset_indexes())
+    assert "changeset_namespaces" not in _changeset_indexes()
+    if connection.pg_version >= 140000:
+        assert _statistics() == {"changeset_ns2_stats", "changeset_ns3_stats"}
+
+    migrate(BEFORE_NAMESPACE_SEEKS)
+    indexes = _changeset_indexes()
+    assert not new & set(indexes)
+    assert "USING gin (namespaces)" in indexes["changeset_namespaces"]
+    assert not _statistics()
+    found = Changeset.objects.filter(namespaces__contains=[NS]).order_by("-seq")
+    assert [c.seq for c in found] == seqs
+
+    migrate(latest())
+    write(staff, f"{NS}/order/c", {"n": 1})
+    assert [c.seq for c in changeset_list(namespaces=[NS])] == [seqs[0] + 1, *seqs]

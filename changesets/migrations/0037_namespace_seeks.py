@@ -1,0 +1,73 @@
+"""A namespace's changesets newest first as index seeks; the whole-log GIN index goes.
+
+``changeset_namespaces`` (GIN over the ``namespaces`` array) found a namespace's
+changesets, but a GIN index returns them in no order: a page of a rare
+namespace sorted every changeset the namespace ever had, and a scoped reader's
+``as_of_time`` far back read a bitmap of hers (issue 18: both grew with the
+log). B-trees over the array's positions return them in seq order:
+
+- ``changeset_ns1_seq`` on ``(namespaces[1], seq)``: every changeset;
+- ``changeset_ns2_seq`` on ``(namespaces[2], seq)``: those that touched two or
+  more namespaces (a batch across namespaces);
+- ``changeset_ns3_more``: GIN again, but only over the few that touched three or
+  more, so what a page sorts from it is those few, not the log.
+
+A namespace X's changesets are then ``namespaces[1] = X``, ``namespaces[2] =
+X`` and the third index's ``namespaces @> {X}``: two ordered seeks and a small
+bitmap (``changesets.selectors.by_namespace``). Bytes per single write: the
+first B-tree's entry instead of the GIN's (docs/benchmarks.md, "Where a write's
+bytes go").
+"""
+
+import django.contrib.postgres.indexes
+from django.db import migrations, models
+
+# What the planner knows of positions 2 and 3. Statistics on an index's
+# expression are kept only for a whole-table index, and both of these are
+# partial, so without these objects PostgreSQL guessed 0.5% of the log for
+# ``namespaces[2] = X`` and 99.5% for ``namespaces[3] IS NOT NULL``, and walked
+# the seq index backwards looking for rows that are few. Expression statistics
+# are PostgreSQL 14's; on 13 the guesses stay (``by_namespace`` orders the wide
+# arm by ``seq + 0`` so that it cannot walk either way).
+STATISTICS = """
+DO $$ BEGIN
+    IF current_setting('server_version_num')::int >= 140000 THEN
+        CREATE STATISTICS changeset_ns2_stats ON ((namespaces[2])) FROM changesets_changeset;
+        CREATE STATISTICS changeset_ns3_stats ON ((namespaces[3])) FROM changesets_changeset;
+    END IF;
+END $$;
+"""
+NO_STATISTICS = """
+DROP STATISTICS IF EXISTS changeset_ns2_stats;
+DROP STATISTICS IF EXISTS changeset_ns3_stats;
+"""
+
+
+class Migration(migrations.Migration):
+    dependencies = [("changesets", "0036_write_moved_check")]
+
+    operations = [
+        migrations.AddIndex(
+            model_name="changeset",
+            index=models.Index(models.F("namespaces__0"), models.F("seq"), name="changeset_ns1_seq"),
+        ),
+        migrations.AddIndex(
+            model_name="changeset",
+            index=models.Index(
+                models.F("namespaces__1"),
+                models.F("seq"),
+                condition=models.Q(("namespaces__1__isnull", False)),
+                name="changeset_ns2_seq",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="changeset",
+            index=django.contrib.postgres.indexes.GinIndex(
+                condition=models.Q(("namespaces__2__isnull", False)),
+                fields=["namespaces"],
+                name="changeset_ns3_more",
+            ),
+        ),
+        migrations.RunSQL(STATISTICS, NO_STATISTICS),
+        migrations.RemoveIndex(model_name="changeset", name="changeset_namespaces"),
+    ]
