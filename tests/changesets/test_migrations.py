@@ -290,8 +290,7 @@ def _changeset_indexes() -> dict[str, str]:
 def _statistics() -> set[str]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT stxname FROM pg_statistic_ext"
-            " WHERE stxrelid = 'changesets_changeset'::regclass"
+            "SELECT stxname FROM pg_statistic_ext WHERE stxrelid = 'changesets_changeset'::regclass"
         )
         return {name for (name,) in cursor.fetchall()}
 
