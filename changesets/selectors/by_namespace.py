@@ -14,12 +14,10 @@ Two shapes:
   something else (a primary key, a rare rpc, an author) or is a count: the
   planner ORs the three indexes' bitmaps, as it used the one GIN index.
 - :func:`newest_touching` is a page newest first: one arm per namespace and
-  position, each an ordered index scan, merged by PostgreSQL (``Merge Append``)
-  and cut at the page, so it reads the page's rows and a few more, at any depth
-  of the log.
+  position, each an ordered index scan cut at the page, then their union, so
+  it reads a page's rows per arm, at any depth of the log.
 
-Neither assumes the array is sorted or free of repeats: each arm but the
-first leaves out what an earlier one returns.
+Neither assumes the array is sorted or free of repeats.
 """
 
 from __future__ import annotations
@@ -32,6 +30,14 @@ from changesets.models import Changeset
 
 # Positions of ``namespaces`` with a B-tree ordered by seq (migration 0037).
 POSITIONS = 2
+# Most namespaces a page merges arms for. Each namespace is two arms, each reads
+# up to a page, and Django builds each as a queryset: at 8 namespaces a page
+# cost 8.7 ms in PostgreSQL and as much again in Python, at 60 namespaces 15 ms
+# and 100 ms, where the seq index read backwards with :func:`touching` as a
+# filter costs a fraction of a millisecond for a reader whose namespaces are
+# busy together. A reader of more namespaces than this gets that
+# (``changeset_list``): the plan the GIN index gave before migration 0037.
+MERGE_MOST = 4
 
 
 def touching(namespaces: Sequence[str]) -> Q:
@@ -43,20 +49,20 @@ def touching(namespaces: Sequence[str]) -> Q:
 
 
 def _arms(namespaces: Sequence[str]) -> list[Q]:
-    """Disjoint predicates whose union is :func:`touching`, each one index's seek."""
+    """Predicates whose union is :func:`touching`, each one index's seek; the last
+    (the wide batches) is the only one that is not a seek in seq order.
+
+    They overlap (a changeset of two of the names is in two arms): the page is
+    their ``UNION``, which drops the repeats. Leaving an earlier arm's rows out
+    of a later one instead (``AND namespaces[1] NOT IN …``) misled the planner:
+    in a log whose arrays are sorted, a busy namespace at position 2 always
+    follows one at position 1, so the exclusion removed every row of an arm it
+    had estimated at 2% of the log, and the arm walked the whole seq index
+    (1,000,000 rows, 414 ms).
+    """
     names = list(namespaces)
-    arms: list[Q] = []
-    for position in range(POSITIONS):
-        earlier = Q()
-        for before in range(position):
-            earlier |= Q(**{f"namespaces__{before}__in": names})
-        for name in names:
-            arms.append(Q(**{f"namespaces__{position}": name}) & ~earlier)
-    # (Three positions or more: each of those holds a name at 0 or 1 or is here.)
-    wide = Q(namespaces__2__isnull=False, namespaces__overlap=names)
-    for before in range(POSITIONS):
-        wide &= ~Q(**{f"namespaces__{before}__in": names})
-    arms.append(wide)
+    arms = [Q(**{f"namespaces__{p}": name}) for p in range(POSITIONS) for name in names]
+    arms.append(Q(namespaces__2__isnull=False, namespaces__overlap=names))
     return arms
 
 
@@ -67,17 +73,18 @@ def newest_touching(
 
     ``qs`` carries the page's other filters (author, rpc, seq bounds); each arm
     gets them too, and its own ``ORDER BY seq DESC LIMIT``, so an arm stops as
-    soon as it has a page of its own. (Without the arms' limits PostgreSQL 15
-    and 16 plan a top-level ``UNION ALL`` as an Append under one Sort, never a
-    Merge Append of ordered scans: every arm read to its end.)
+    soon as it has a page of its own, and the ``UNION`` sorts at most a page
+    per arm. Every changeset of the true page is in its arm's page (fewer than
+    ``limit`` of the union are newer, so fewer of the arm's), so the union's
+    newest ``limit`` are the page.
     """
     if not namespaces:
         return []
     *seeks, wide = _arms(namespaces)
     parts = [qs.filter(arm).order_by("-seq")[:limit] for arm in seeks]
-    # The wide arm's rows are few, but the planner cannot tell (no statistics
-    # describe ``namespaces[3]``): ordered by ``seq``, it walked the whole log
-    # backwards looking for them. ``seq + 0`` leaves it the GIN bitmap to sort.
+    # The wide arm's rows are few, but the planner may not know it (no
+    # statistics before PostgreSQL 14): ordered by ``seq``, it walked the whole
+    # log backwards looking for them. ``seq + 0`` leaves it the GIN bitmap to sort.
     parts.append(qs.filter(wide).order_by((F("seq") + 0).desc())[:limit])
-    merged = parts[0].union(*parts[1:], all=True).order_by("-seq")
+    merged = parts[0].union(*parts[1:]).order_by("-seq")
     return list(merged[:limit])

@@ -234,7 +234,12 @@ def changeset_list(
     else:
         rare_rpc = rpc is not None and rpc not in COMMON_RPCS
         seek_elsewhere = rare_rpc or bool(branch)
-        if namespaces is not None and not seek_elsewhere and author is None:
+        if (
+            namespaces is not None
+            and not seek_elsewhere
+            and author is None
+            and len(namespaces) <= by_namespace.MERGE_MOST
+        ):
             # The reader's namespaces' own indexes, merged newest first. (With an
             # author, the author's index drives once: an arm per namespace would
             # each read a rare author's every changeset.)
