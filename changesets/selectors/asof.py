@@ -126,8 +126,10 @@ def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> C
 # absent near the time costs the same seek as a busy one: before 0037 the
 # statement read a window of the log before the boundary and then a GIN
 # bitmap of every changeset of hers, which grew with the log (issue 18).
-# Each namespace is its own arm with its name as a literal, so the planner
-# judges each by its own statistics (with one arm over ``unnest`` it took the
+# The position indexes are keyed by the name's hash
+# (``changesets.models.namespace_key``), rechecked by name. Each namespace is
+# its own arm with its name as a literal, so the planner judges each by its
+# own statistics (with one arm over ``unnest`` it took the
 # seq index for a rare one too, and walked it). ``seq + 0`` keeps the wide arm
 # on its bitmap (few rows) rather than a walk of the seq index
 # (``changesets.selectors.by_namespace`` says why).
@@ -136,7 +138,9 @@ WITH b AS MATERIALIZED (SELECT atlas_seq_bound(%(at)s::timestamptz, true) AS seq
 SELECT * FROM changesets_changeset WHERE seq = (SELECT max(found) FROM ({arms}) arms(found))
 """
 _AS_OF_ARM = """
-(SELECT seq FROM changesets_changeset WHERE namespaces[{position}] = %({name})s
+(SELECT seq FROM changesets_changeset
+ WHERE hashtextextended(namespaces[{position}], 0) = hashtextextended(%({name})s, 0)
+   AND namespaces[{position}] = %({name})s
    AND branch = '' AND seq <= (SELECT seq FROM b) ORDER BY seq DESC LIMIT 1)
 """
 _AS_OF_WIDE_ARM = """

@@ -1,12 +1,14 @@
 """Changesets by the namespaces they touched, in the shapes the log's indexes serve.
 
 A changeset's ``namespaces`` is an array; migration 0037 indexes it by position
-(issue 18): ``changeset_ns1_seq`` on ``(namespaces[1], seq)`` holds every
-changeset, ``changeset_ns2_seq`` on ``(namespaces[2], seq)`` those that touched
-two namespaces or more, and ``changeset_ns3_more`` (GIN) those that touched three
-or more. A namespace's changesets newest first are then two backward seeks and
-a bitmap of the few wide batches, merged in seq order, where one GIN index over
-every changeset had to hand over the namespace's whole history to be sorted.
+(issue 18): ``changeset_ns1_seq`` on ``(key of namespaces[1], seq)`` holds every
+changeset, ``changeset_ns2_seq`` on ``(key of namespaces[2], seq)`` those that
+touched two namespaces or more, and ``changeset_ns3_more`` (GIN) those that
+touched three or more. The key is the name's hash
+(:func:`~changesets.models.namespace_key`); every query rechecks the name.
+A namespace's changesets newest first are then two backward seeks and a
+bitmap of the few wide batches, where one GIN index over every changeset had
+to hand over the namespace's whole history to be sorted.
 
 Two shapes:
 
@@ -22,11 +24,13 @@ Neither assumes the array is sorted or free of repeats.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from django.db.models import F, Q, QuerySet
+from django.db.models import BigIntegerField, F, Func, Q, QuerySet, Value
+from django.db.models.lookups import In
 
-from changesets.models import Changeset
+from changesets.models import Changeset, namespace_key
 
 # Positions of ``namespaces`` with a B-tree ordered by seq (migration 0037).
 POSITIONS = 2
@@ -40,11 +44,24 @@ POSITIONS = 2
 MERGE_MOST = 4
 
 
+def name_key(name: str) -> Func:
+    """``hashtextextended(name, 0)``, folded to a constant by PostgreSQL: what
+    :func:`~changesets.models.namespace_key` holds for ``name``."""
+    return Func(Value(name), Value(0), function="hashtextextended", output_field=BigIntegerField())
+
+
+def at_position(position: int, names: Sequence[str]) -> Q:
+    """``namespaces[position + 1]`` is one of ``names``: the position index's seek on
+    the names' keys, and the names rechecked (two names may share a hash)."""
+    keys = In(namespace_key(position), [name_key(name) for name in names])
+    return Q(keys) & Q(**{f"namespaces__{position}__in": list(names)})
+
+
 def touching(namespaces: Sequence[str]) -> Q:
     """Changesets that touched any of ``namespaces``: ``namespaces && {…}`` as the
     indexes can answer it (the GIN index covers only arrays of three or more)."""
     names = list(namespaces)
-    found = Q(namespaces__0__in=names) | Q(namespaces__1__in=names)
+    found = at_position(0, names) | at_position(1, names)
     return found | Q(namespaces__2__isnull=False, namespaces__overlap=names)
 
 
@@ -61,13 +78,17 @@ def _arms(namespaces: Sequence[str]) -> list[Q]:
     (1,000,000 rows, 414 ms).
     """
     names = list(namespaces)
-    arms = [Q(**{f"namespaces__{p}": name}) for p in range(POSITIONS) for name in names]
+    arms = [at_position(p, [name]) for p in range(POSITIONS) for name in names]
     arms.append(Q(namespaces__2__isnull=False, namespaces__overlap=names))
     return arms
 
 
 def newest_touching(
-    qs: QuerySet[Changeset], namespaces: Sequence[str], *, limit: int
+    qs: QuerySet[Changeset],
+    namespaces: Sequence[str],
+    *,
+    seq_bounds: Mapping[str, Any] | None = None,
+    limit: int,
 ) -> list[Changeset]:
     """The newest ``limit`` changesets of ``qs`` that touched any of ``namespaces``.
 
@@ -77,14 +98,24 @@ def newest_touching(
     per arm. Every changeset of the true page is in its arm's page (fewer than
     ``limit`` of the union are newer, so fewer of the arm's), so the union's
     newest ``limit`` are the page.
+
+    ``seq_bounds``: lookups on ``seq`` (``{"lt": 900}``) that every arm applies.
     """
     if not namespaces:
         return []
+    bounds = dict(seq_bounds or {})
     *seeks, wide = _arms(namespaces)
-    parts = [qs.filter(arm).order_by("-seq")[:limit] for arm in seeks]
+    parts = [
+        qs.filter(arm, **{f"seq__{k}": v for k, v in bounds.items()}).order_by("-seq")[:limit]
+        for arm in seeks
+    ]
     # The wide arm's rows are few, but the planner may not know it (no
-    # statistics before PostgreSQL 14): ordered by ``seq``, it walked the whole
-    # log backwards looking for them. ``seq + 0`` leaves it the GIN bitmap to sort.
-    parts.append(qs.filter(wide).order_by((F("seq") + 0).desc())[:limit])
+    # statistics before PostgreSQL 14), or may find a short seq range cheaper
+    # than the GIN index: by ``seq`` it walked the log, or the whole range,
+    # looking for them. On ``seq + 0`` (its order and its bounds) no seq index
+    # serves it, and it sorts the GIN bitmap's few rows.
+    late = qs.alias(late=F("seq") + 0).filter(wide)
+    late = late.filter(**{f"late__{k}": v for k, v in bounds.items()})
+    parts.append(late.order_by((F("seq") + 0).desc())[:limit])
     merged = parts[0].union(*parts[1:]).order_by("-seq")
     return list(merged[:limit])

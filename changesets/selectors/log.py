@@ -258,17 +258,19 @@ def changeset_list(
         qs = qs.filter(rpc=rpc)
     # Time bounds as seq bounds (one seek each): the page then starts at the
     # boundary on whichever seq-ordered index serves the other filters.
+    bounds: dict[str, Any] = {}
     if since is not None:
         boundary.check_since(since, "since reaches back to the archive cut.", pointer="/since")
-        qs = qs.filter(seq__gte=seq_from(since))
+        bounds["gte"] = seq_from(since)
     if until is not None:
-        qs = qs.filter(seq__lte=seq_upto(until))
+        bounds["lte"] = seq_upto(until)
     if before_seq is not None:
-        qs = qs.filter(seq__lt=before_seq)
+        bounds["lt"] = before_seq
     if floor := boundary.floor():
-        qs = qs.filter(seq__gt=floor)
+        bounds["gt"] = floor
     if merge_over is not None:
-        return by_namespace.newest_touching(qs, merge_over, limit=limit)
+        return by_namespace.newest_touching(qs, merge_over, seq_bounds=bounds, limit=limit)
+    qs = qs.filter(**{f"seq__{lookup}": value for lookup, value in bounds.items()})
     return list(qs.order_by("-seq")[:limit])
 
 
