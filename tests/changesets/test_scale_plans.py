@@ -12,6 +12,7 @@ filtered walk for a rare rpc or the scoped namespace plan, fails here.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from bench import scale_populate as pop
 from changesets import pointers
 from changesets.admin import search
 from changesets.models import Changeset, Revision
-from changesets.selectors import keys
+from changesets.selectors import by_namespace, keys
 from changesets.selectors.log import changeset_list
 from tests.changesets.partition_helpers import parent_index
 from tests.changesets.test_time_seek import analyze, assert_seek, nodes, only_sql
@@ -183,6 +184,33 @@ def test_a_namespace_page_is_a_union_of_its_position_indexes_newest_first(log):
     rows, sql = only_sql(lambda: changeset_list(namespaces=SCOPED, limit=51))
     assert [r.seq for r in rows] == brute(SCOPED)
     assert_merged(analyze(sql))
+
+
+def test_the_planner_knows_each_namespaces_share_at_each_position(log):
+    """A position arm asks for the name's hash and the name: without the statistics
+    that tie them (``changeset_ns1_stats``, ``changeset_ns2_stats``, migration 0037)
+    the planner multiplied the two shares, expected a row where there were
+    hundreds, and read a rare namespace's every changeset as a sorted bitmap. With
+    an MCV list in them it did the same for names outside the list."""
+    if connection.pg_version < 140000:
+        pytest.skip("expression statistics are PostgreSQL 14's")
+    with connection.cursor() as cursor:
+        # Lists of 10 values at most: the rare namespaces fall outside them, as
+        # they do in a log of many namespaces.
+        cursor.execute("SET LOCAL default_statistics_target = 10")
+        cursor.execute("ANALYZE changesets_changeset")
+        cursor.execute("RESET default_statistics_target")
+    for namespace in (pop.RARE_NS, pop.MID_NS, pop.BUSY_NS, "scale.ns01"):
+        for position in range(by_namespace.POSITIONS):
+            qs = Changeset.objects.filter(by_namespace.at_position(position, [namespace]))
+            actual = qs.count()
+            sql, params = qs.query.sql_with_params()
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+                raw = cursor.fetchone()[0]
+            expected = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]["Plan Rows"]
+            # Never the product of the two shares: at most 3 times too few.
+            assert expected >= actual / 3, (namespace, position, actual, expected)
 
 
 # --- the admin --------------------------------------------------------------------------------
