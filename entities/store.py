@@ -242,10 +242,21 @@ def entity_filters(
     slug_prefix: str | None,
     after: EntityKey | None,
 ) -> tuple[str, list[Any]]:
-    """SQL conditions shared by live, overlay and as-of listings."""
+    """SQL conditions shared by live, overlay and as-of listings.
+
+    With a namespace the caller may read, that namespace is the whole
+    visibility test (and with one she may not, nothing is): with ``= ANY`` of
+    her namespaces as well, the planner took the as-of listing's index range
+    for both conditions, could not read it in key order, and sorted the
+    namespace's every key before the page (issue 18: a scoped ``as_of_time``
+    page, 3,985 keys sorted for 83 at ten million changesets).
+    """
     clauses: list[str] = ["TRUE"]
     params: list[Any] = []
-    if namespaces is not None:
+    if namespaces is not None and namespace is not None:
+        if namespace not in namespaces:
+            clauses.append("FALSE")
+    elif namespaces is not None:
         clauses.append(f"{ns_col} = ANY(%s::text[])")
         params.append(list(namespaces))
     if namespace is not None:

@@ -26,7 +26,7 @@ from bench import scale_populate as pop
 from changesets import pointers
 from changesets.admin import search
 from changesets.models import Changeset, Revision
-from changesets.selectors import by_namespace, keys
+from changesets.selectors import asof, by_namespace, keys
 from changesets.selectors.log import changeset_list
 from tests.changesets.partition_helpers import parent_index
 from tests.changesets.test_time_seek import analyze, assert_seek, nodes, only_sql
@@ -156,7 +156,29 @@ def test_a_scoped_namespace_filter_plans_like_the_superusers(log):
             plans.append(analyze(sql))
             assert rows, filters
         assert shape(plans[0]) == shape(plans[1]), filters
-        assert_merged(plans[1])
+        if not filters:
+            assert_merged(plans[1])
+        else:  # a filter of the namespace: a sort of a few rows at most, never of it all
+            for node in nodes(plans[1]):
+                if node["Node Type"] == "Sort":
+                    assert node["Plans"][0]["Actual Rows"] <= 1_000, shape(plans[1])
+            # The seq index read back until a page passes both (0.7% of the log
+            # for the PutEntity page: ~7,300 rows at any size), not the log.
+            assert_seek(plans[1], most=10_000)
+
+
+def test_an_rpc_or_author_page_of_a_scoped_reader_is_not_merged_from_her_namespaces(log):
+    """Every changeset at position 2 is a batch in this log: merged arms for a
+    PutEntity page read her namespace's every one of them (42,015 at ten million,
+    125 ms) to find none. With an rpc or an author her namespaces are a filter on
+    the seq index's walk, as before migration 0037."""
+    for filters in ({"rpc": pop.COMMON_RPC}, {"author": pop.BUSY_AUTHOR}):
+        rows, sql = only_sql(lambda f=filters: changeset_list(namespaces=SCOPED, limit=51, **f))
+        where = {"rpc": pop.COMMON_RPC} if "rpc" in filters else {"author_name": pop.BUSY_AUTHOR}
+        assert [r.seq for r in rows] == brute(SCOPED, **where), filters
+        plan = analyze(sql)
+        assert not indexes(plan) & {"changeset_ns2_seq"}, shape(plan)
+        assert_seek(plan, most=10_000)  # (the page's share, as above)
 
 
 def test_a_namespace_page_is_a_union_of_its_position_indexes_newest_first(log):
@@ -211,6 +233,27 @@ def test_the_planner_knows_each_namespaces_share_at_each_position(log):
             expected = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]["Plan Rows"]
             # Never the product of the two shares: at most 3 times too few.
             assert expected >= actual / 3, (namespace, position, actual, expected)
+
+
+def test_a_scoped_as_of_listing_of_a_namespace_plans_like_the_superusers(log):
+    """With her namespaces as well as the one asked for, the planner could not
+    read the listing's index in key order and sorted the namespace's every key
+    before the page (3,985 for 83 at ten million changesets): a readable
+    namespace is the whole visibility test (``entities.store.entity_filters``)."""
+    seq = Changeset.objects.order_by("-seq").values_list("seq", flat=True)[ROWS // 2]
+    plans = []
+    for namespaces in READERS:
+        with CaptureQueriesContext(connection) as queries:
+            rows = asof.entities_as_of(
+                seq=seq, namespaces=namespaces, namespace=pop.MID_NS, limit=50
+            )
+        assert len(rows) == 50
+        plans.append(analyze(queries.captured_queries[-1]["sql"]))
+    assert shape(plans[0]) == shape(plans[1])
+    for node in nodes(plans[1]):
+        if node["Node Type"] == "Sort":
+            assert node["Plans"][0]["Actual Rows"] <= 200, shape(plans[1])
+    assert asof.entities_as_of(seq=seq, namespaces=[pop.RARE_NS], namespace=pop.MID_NS) == []
 
 
 # --- the admin --------------------------------------------------------------------------------
