@@ -131,7 +131,7 @@ def index_sizes(cursor) -> list[str]:
 def old_resolution(at, namespaces):
     """The query before 0014: newest visible baseline changeset by seq, time as a filter."""
     from changesets.models import Changeset
-    from changesets.selectors.log import end_of_millisecond
+    from changesets.selectors.bounds import end_of_millisecond
 
     qs = Changeset.objects.filter(branch="", at__lte=end_of_millisecond(at))
     if namespaces is not None:

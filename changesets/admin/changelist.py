@@ -32,7 +32,7 @@ from atlas.admin_keyset import AFTER, BEFORE
 from atlas.admin_mixins import admin_roles, loose_index_scan, readable_namespace_choices
 from changesets.models import BASELINE, Changeset
 from changesets.selectors import by_namespace
-from changesets.selectors.log import seq_upto
+from changesets.selectors.bounds import seq_upto
 
 # Filter choices listed at most (the URL still filters by any value).
 MAX_CHOICES = 100

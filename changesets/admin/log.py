@@ -115,10 +115,9 @@ class ChangesetAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdm
 
     def _scoped(self, request: HttpRequest) -> QuerySet:
         """Scoped to the readable namespaces, or on the changelist to the readable
-        namespace its filter names: that alone is the visibility test, and with
-        the overlap as well the planner multiplied the two selectivities and
-        sorted the namespace's every changeset (issue 18). ``NamespaceFilter``
-        then adds nothing (``request.atlas_scoped_to``)."""
+        namespace its filter names, the whole visibility test (with the overlap as
+        well, the planner squared its share and sorted the namespace's every
+        changeset: issue 18); ``NamespaceFilter`` then adds nothing."""
         readable = admin_roles(request).readable()
         match = request.resolver_match
         wanted = request.GET.get(NamespaceFilter.parameter_name)

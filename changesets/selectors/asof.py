@@ -35,7 +35,8 @@ from atlas.exceptions import BadRequest, NotFound
 from atlas.replicas import read_connection
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset
-from changesets.selectors.log import end_of_millisecond, seq_upto, visible_changesets
+from changesets.selectors.bounds import end_of_millisecond, seq_upto
+from changesets.selectors.log import visible_changesets
 from changesets.selectors.rows import from_micros
 from entities.store import EntityKey, StoredEntity, entity_filters, load_json
 
@@ -118,7 +119,7 @@ def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> C
 
 # ``as_of_time`` for a caller who reads only some namespaces, in one statement:
 # ``b`` is the time's seq boundary (``atlas_seq_bound``, a bisection of seq:
-# ``changesets.selectors.log.seq_upto``); the answer is the highest of, for each
+# ``changesets.selectors.bounds.seq_upto``); the answer is the highest of, for each
 # of her namespaces, its newest baseline changeset at or below it, each one
 # backward seek on the namespace's position index (``changeset_ns1_seq``,
 # ``changeset_ns2_seq``, migration 0037), and the newest wide batch (three
@@ -163,7 +164,7 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
     highest seq.
 
     A seek, not a walk: ``at`` never runs backwards in seq order, so the time
-    becomes a seq boundary (:func:`~changesets.selectors.log.seq_upto`) and the
+    becomes a seq boundary (:func:`~changesets.selectors.bounds.seq_upto`) and the
     answer is the newest visible baseline changeset at or below it.
     """
     if namespaces is None:

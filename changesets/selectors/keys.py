@@ -26,7 +26,8 @@ from django.db.models.expressions import RawSQL
 from atlas.replicas import read_connection
 from changesets.archive import boundary
 from changesets.models import BASELINE, Revision
-from changesets.selectors.log import after_cut, end_of_millisecond
+from changesets.selectors.bounds import end_of_millisecond
+from changesets.selectors.log import after_cut
 from changesets.selectors.rows import (
     AT_MICROS,
     ENTITY_WHERE,

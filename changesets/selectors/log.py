@@ -15,8 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
-from django.db.models import BigIntegerField, Count, QuerySet, TextField
-from django.db.models.expressions import RawSQL
+from django.db.models import Count, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from changesets import chain
@@ -24,6 +23,7 @@ from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase, ArchiveCut
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
 from changesets.selectors import by_namespace
+from changesets.selectors.bounds import page_bounds
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
 
@@ -39,42 +39,6 @@ OP_FIELDS = (
     "after_version",
     "changed",
 )
-
-
-def end_of_millisecond(at: datetime) -> datetime:
-    """The last microsecond of ``at``'s millisecond.
-
-    Responses show times at milliseconds, so a time a client copies from one
-    names its whole millisecond: an upper bound (``until``, ``as_of_time``)
-    must include a row stored with microseconds before ``at`` was truncated
-    (new rows store milliseconds: ``changesets.services.apply.log_clock``).
-    """
-    return at.replace(microsecond=at.microsecond - at.microsecond % 1000 + 999)
-
-
-def seq_upto(at: datetime) -> RawSQL:
-    """The last seq at or before ``at`` (its whole millisecond), as a subquery.
-
-    ``at`` never runs backwards in seq order (the log statement draws it with
-    ``GREATEST`` under the log head's lock), so the changesets at or before a
-    time are a prefix of the log, and bisecting seq finds where it ends
-    (``atlas_seq_bound``, migration 0032: about 24 probes of the seq index at
-    10M changesets). Bounding by seq from there lets every seq-ordered index
-    start at the boundary instead of walking back to it from the newest row.
-    NULL when nothing is that old (``seq <= NULL`` holds for no row). A scalar
-    subquery, so PostgreSQL runs the search once per statement, never per row.
-    """
-    return _seq_bound(end_of_millisecond(at), upper=True)
-
-
-def seq_from(at: datetime) -> RawSQL:
-    """The first seq at or after ``at``: the other end of a time bound (:func:`seq_upto`)."""
-    return _seq_bound(at, upper=False)
-
-
-def _seq_bound(at: datetime, *, upper: bool) -> RawSQL:
-    sql = "(SELECT atlas_seq_bound(%s::timestamptz, %s))"
-    return RawSQL(sql, [at, upper], output_field=BigIntegerField())
 
 
 def entity_history(
@@ -213,12 +177,44 @@ def changeset_list(
     a named branch the namespaces are a filter, and the seq index, the
     author's, the rare rpc's or the branch's drives.
     """
+    source = _page_source(namespaces, namespace=namespace, author=author, rpc=rpc, branch=branch)
+    if source is None:
+        return []
+    qs, merge_over = source
+    if branch is not None:
+        # A named branch: a backward seek on ``changeset_branch_seq``, which holds
+        # branch changesets only (migration 0028). Baseline: the seq index read
+        # backwards, skipping the few branch rows (cheap while baseline is most of
+        # the log; a log mostly on branches would want the index whole again).
+        qs = qs.filter(branch=branch)
+    if author is not None:
+        qs = qs.filter(author_name=author)
+    if rpc is not None:
+        qs = qs.filter(rpc=rpc)
+    bounds = page_bounds(since=since, until=until, before_seq=before_seq)
+    if merge_over is not None:
+        return by_namespace.newest_touching(qs, merge_over, seq_bounds=bounds, limit=limit)
+    qs = qs.filter(**{f"seq__{lookup}": value for lookup, value in bounds.items()})
+    return list(qs.order_by("-seq")[:limit])
+
+
+def _page_source(
+    namespaces: Sequence[str] | None,
+    *,
+    namespace: str | None,
+    author: str | None,
+    rpc: str | None,
+    branch: str | None,
+) -> tuple[QuerySet[Changeset], list[str] | None] | None:
+    """What a page of :func:`changeset_list` reads: the changesets to filter and,
+    when the namespaces' own indexes serve it, the namespaces to merge arms over.
+    None: the page is empty (a namespace the caller may not read)."""
     merge_over: list[str] | None = None
     if namespace is not None:
         if namespaces is not None and namespace not in namespaces:
             # Filtering by an unreadable namespace must not reveal which
             # changesets touched it (invariant 8).
-            return []
+            return None
         # A readable namespace is the whole visibility test: with the overlap
         # as well, the planner multiplied the two selectivities, expected 40
         # times too few rows and sorted the namespace's every changeset
@@ -254,32 +250,7 @@ def changeset_list(
             qs, merge_over = Changeset.objects.all(), list(namespaces)
         else:
             qs = visible_changesets(namespaces, seek_elsewhere=seek_elsewhere)
-    if branch is not None:
-        # A named branch: a backward seek on ``changeset_branch_seq``, which holds
-        # branch changesets only (migration 0028). Baseline: the seq index read
-        # backwards, skipping the few branch rows (cheap while baseline is most of
-        # the log; a log mostly on branches would want the index whole again).
-        qs = qs.filter(branch=branch)
-    if author is not None:
-        qs = qs.filter(author_name=author)
-    if rpc is not None:
-        qs = qs.filter(rpc=rpc)
-    # Time bounds as seq bounds (one seek each): the page then starts at the
-    # boundary on whichever seq-ordered index serves the other filters.
-    bounds: dict[str, Any] = {}
-    if since is not None:
-        boundary.check_since(since, "since reaches back to the archive cut.", pointer="/since")
-        bounds["gte"] = seq_from(since)
-    if until is not None:
-        bounds["lte"] = seq_upto(until)
-    if before_seq is not None:
-        bounds["lt"] = before_seq
-    if floor := boundary.floor():
-        bounds["gt"] = floor
-    if merge_over is not None:
-        return by_namespace.newest_touching(qs, merge_over, seq_bounds=bounds, limit=limit)
-    qs = qs.filter(**{f"seq__{lookup}": value for lookup, value in bounds.items()})
-    return list(qs.order_by("-seq")[:limit])
+    return qs, merge_over
 
 
 def changeset_get(*, changeset_id: str, namespaces: Sequence[str] | None) -> Changeset | None:

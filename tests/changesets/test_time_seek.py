@@ -25,7 +25,8 @@ from django.test.utils import CaptureQueriesContext
 from changesets.models import BASELINE, Changeset, Rpc
 from changesets.ops import PutOp
 from changesets.selectors import asof
-from changesets.selectors.log import changeset_list, end_of_millisecond
+from changesets.selectors.bounds import end_of_millisecond
+from changesets.selectors.log import changeset_list
 from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 from tests.atlas.test_errors import assert_problem

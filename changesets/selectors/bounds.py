@@ -1,0 +1,71 @@
+"""Time and cursor bounds of the log's pages, as bounds on ``seq``.
+
+``at`` never runs backwards in seq order, so a time is a seq boundary, found
+by bisecting seq (``atlas_seq_bound``, migration 0032); a page bounded by time
+then starts at its boundary on whichever seq-ordered index serves its other
+filters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import BigIntegerField
+from django.db.models.expressions import RawSQL
+
+from changesets.archive import boundary
+
+
+def end_of_millisecond(at: datetime) -> datetime:
+    """The last microsecond of ``at``'s millisecond.
+
+    Responses show times at milliseconds, so a time a client copies from one
+    names its whole millisecond: an upper bound (``until``, ``as_of_time``)
+    must include a row stored with microseconds before ``at`` was truncated
+    (new rows store milliseconds: ``changesets.services.apply.log_clock``).
+    """
+    return at.replace(microsecond=at.microsecond - at.microsecond % 1000 + 999)
+
+
+def seq_upto(at: datetime) -> RawSQL:
+    """The last seq at or before ``at`` (its whole millisecond), as a subquery.
+
+    ``at`` never runs backwards in seq order (the log statement draws it with
+    ``GREATEST`` under the log head's lock), so the changesets at or before a
+    time are a prefix of the log, and bisecting seq finds where it ends
+    (``atlas_seq_bound``, migration 0032: about 24 probes of the seq index at
+    10M changesets). Bounding by seq from there lets every seq-ordered index
+    start at the boundary instead of walking back to it from the newest row.
+    NULL when nothing is that old (``seq <= NULL`` holds for no row). A scalar
+    subquery, so PostgreSQL runs the search once per statement, never per row.
+    """
+    return _seq_bound(end_of_millisecond(at), upper=True)
+
+
+def seq_from(at: datetime) -> RawSQL:
+    """The first seq at or after ``at``: the other end of a time bound (:func:`seq_upto`)."""
+    return _seq_bound(at, upper=False)
+
+
+def _seq_bound(at: datetime, *, upper: bool) -> RawSQL:
+    sql = "(SELECT atlas_seq_bound(%s::timestamptz, %s))"
+    return RawSQL(sql, [at, upper], output_field=BigIntegerField())
+
+
+def page_bounds(
+    *, since: datetime | None, until: datetime | None, before_seq: int | None
+) -> dict[str, Any]:
+    """A changeset page's bounds as lookups on ``seq`` (``{"lt": 900}``): its time
+    window (one search each), its cursor and the archive cut's floor."""
+    bounds: dict[str, Any] = {}
+    if since is not None:
+        boundary.check_since(since, "since reaches back to the archive cut.", pointer="/since")
+        bounds["gte"] = seq_from(since)
+    if until is not None:
+        bounds["lte"] = seq_upto(until)
+    if before_seq is not None:
+        bounds["lt"] = before_seq
+    if floor := boundary.floor():
+        bounds["gt"] = floor
+    return bounds
