@@ -78,14 +78,16 @@ def namespace_key(position: int) -> Func:
     five namespaces in turn (the GIN index it replaces took 30). Equal names
     have equal hashes, so a query asks for the hash (the index's seek) and
     rechecks the name (a collision cannot show one namespace's changesets to a
-    reader of another): :func:`changesets.selectors.by_namespace.name_key`.
+    reader of another): :func:`changesets.selectors.by_namespace.at_position`.
     """
-    return Func(
-        F(f"namespaces__{position}"),
-        Value(0),
-        function="hashtextextended",
-        output_field=models.BigIntegerField(),
-    )
+    return text_key(F(f"namespaces__{position}"))
+
+
+def text_key(text: Any) -> Func:
+    """``hashtextextended(text, 0)``: a namespace's key in the position indexes,
+    of a column (:func:`namespace_key`) or of a name (PostgreSQL folds that one
+    to a constant, so the index's expression matches)."""
+    return Func(text, Value(0), function="hashtextextended", output_field=models.BigIntegerField())
 
 
 class Changeset(AppendOnlyModel):

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db.models import BigIntegerField, F, Func, Q, QuerySet, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.lookups import In
 
-from changesets.models import Changeset, namespace_key
+from changesets.models import Changeset, namespace_key, text_key
 
 # Positions of ``namespaces`` with a B-tree ordered by seq (migration 0037).
 POSITIONS = 2
@@ -44,25 +44,24 @@ POSITIONS = 2
 MERGE_MOST = 4
 
 
-def name_key(name: str) -> Func:
-    """``hashtextextended(name, 0)``, folded to a constant by PostgreSQL: what
-    :func:`~changesets.models.namespace_key` holds for ``name``."""
-    return Func(Value(name), Value(0), function="hashtextextended", output_field=BigIntegerField())
-
-
 def at_position(position: int, names: Sequence[str]) -> Q:
     """``namespaces[position + 1]`` is one of ``names``: the position index's seek on
     the names' keys, and the names rechecked (two names may share a hash)."""
-    keys = In(namespace_key(position), [name_key(name) for name in names])
+    keys = In(namespace_key(position), [text_key(Value(name)) for name in names])
     return Q(keys) & Q(**{f"namespaces__{position}__in": list(names)})
+
+
+def _wide(names: list[str]) -> Q:
+    """A changeset of three namespaces or more, one of them in ``names``: the only
+    ones ``changeset_ns3_more`` holds."""
+    return Q(namespaces__2__isnull=False, namespaces__overlap=names)
 
 
 def touching(namespaces: Sequence[str]) -> Q:
     """Changesets that touched any of ``namespaces``: ``namespaces && {…}`` as the
     indexes can answer it (the GIN index covers only arrays of three or more)."""
     names = list(namespaces)
-    found = at_position(0, names) | at_position(1, names)
-    return found | Q(namespaces__2__isnull=False, namespaces__overlap=names)
+    return at_position(0, names) | at_position(1, names) | _wide(names)
 
 
 def _arms(namespaces: Sequence[str]) -> list[Q]:
@@ -79,8 +78,7 @@ def _arms(namespaces: Sequence[str]) -> list[Q]:
     """
     names = list(namespaces)
     arms = [at_position(p, [name]) for p in range(POSITIONS) for name in names]
-    arms.append(Q(namespaces__2__isnull=False, namespaces__overlap=names))
-    return arms
+    return [*arms, _wide(names)]
 
 
 def newest_touching(
