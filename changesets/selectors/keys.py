@@ -291,14 +291,7 @@ def _ladder(
     # low_0: the seq of the KEY_WINDOW-th newest revision below the page's start.
     ctes.append(_low(0, "" if after is None else f"WHERE {_T}.seq <= %s", KEY_WINDOW))
     cte_args.extend([] if after is None else [after[0]])
-    # ``top``: the window's other end. Not needed for the answer, but with two
-    # subquery bounds the planner takes the range for a narrow one (0.5% of the
-    # table); with ``low_0`` alone it guessed a third of each partition, and
-    # after a few seeded logs had been rolled back in the same database it read
-    # the window's partition by a sequential scan (``test_scale_plans``, in one
-    # order of its tests; it failed the same way before migration 0037).
-    ctes.append(f"top AS MATERIALIZED (SELECT COALESCE(max({_T}.seq), 0) AS s FROM {_T})")
-    walk(f"{_T}.seq > (SELECT s FROM low_0) AND {_T}.seq <= (SELECT s FROM top)", "")
+    walk(f"{_T}.seq > (SELECT s FROM low_0)", "")
     for k in range(1, KEY_RUNGS + 1):
         cap = KEY_PROBE * KEY_STEP ** (k - 1)
         # The key's matches below the walk so far, at most ``cap``; ``open_k``:
