@@ -180,7 +180,8 @@ def _key_revisions(
     key set by creates only (bench/keys_blame_diff.py, docs/history.md).
 
     Each rung's bound (``low_k``, the seq of the revision that many rows down,
-    counted index-only along ``revision_seq_entity``), each probe's candidates
+    counted index-only along ``revision_seq_entity``, in hops of ``KEY_WINDOW``
+    below the first rung: :func:`_low_by_hops`), each probe's candidates
     and whether the ladder goes on (``open_k``) are materialized once; ``CASE``
     keeps a probe from running unless every probe before it came up full. The
     probe's columns are spelled ``seq + 0`` and leave branch and namespace out
@@ -255,20 +256,49 @@ def _low(k: int, where: str, rows: int) -> str:
     )
 
 
-def _walk_arm(bound: str, gate: str, tests: str) -> str:
-    """A walk over the revisions in ``bound``, as an ordered stream: the seq index
-    read newest first in a subquery (OFFSET 0 keeps the tests out of it), the tests
+def _low_by_hops(k: int, hops: int) -> str:
+    """``low_k`` for a rung below the first: ``hops`` times the seq ``KEY_WINDOW``
+    revisions down from the last (from ``low_{k-1}``). The revisions above it are
+    at most ``hops * KEY_WINDOW``, each hop's at most ``KEY_WINDOW``, those at a
+    hop's own seq counted in the hop that lands there and again in the next.
+
+    One count of ``hops * KEY_WINDOW`` rows down from a subquery's value was
+    planned for every row below it (the planner takes a third of each partition
+    for a bound it cannot see, fewer rows than the count on a partition of under
+    90,000 revisions), so a bitmap of ``revision_seq_entity`` and a sort, or a
+    sequential scan and a sort, looked cheaper than the index. A hop reads a
+    window's worth, well under that guess, which only the index serves cheaply."""
+    return (
+        f"low_{k} AS MATERIALIZED (WITH RECURSIVE hop(i, s) AS ("
+        f"SELECT 0, (SELECT s FROM low_{k - 1}) UNION ALL"
+        f" SELECT hop.i + 1, COALESCE((SELECT {_T}.seq FROM {_T} WHERE {_T}.seq <= hop.s"
+        f" ORDER BY {_T}.seq DESC OFFSET {KEY_WINDOW:d} LIMIT 1), 0)"
+        f" FROM hop WHERE hop.i < {hops:d} AND hop.s > 0)"
+        f" SELECT s FROM hop ORDER BY i DESC LIMIT 1)"
+    )
+
+
+def _walk_arm(bound: str, gate: str, tests: str, rows: int | None) -> str:
+    """A walk over at most ``rows`` revisions newest first from ``bound``'s top
+    (all of them if None), as an ordered stream: the seq index read newest first
+    in a subquery (its LIMIT, or OFFSET 0, keeps the tests out of it), the tests
     on each row above it, the first ``limit`` kept, with no ORDER BY there (the
-    subquery's order is the page's, ids sorted within each seq as they stream). So
-    the planner plans the scan for a page's worth of rows and it stops at the page.
-    With the tests inside the scan it expected almost no matches, so the whole
-    range, and read the range as a bitmap of ``revision_seq_entity`` and a sort
-    (that index is wider than the ``(seq)`` one it replaced in migration 0028, whose
-    walk was costed cheaper). An ORDER BY here would plan the subquery for every
-    row again and sort what passed the tests after reading them all."""
+    subquery's order is the page's, ids sorted within each seq as they stream).
+
+    The LIMIT is what makes the plan a walk. The planner expects almost no row
+    to pass the tests, so it costs the subquery for every row it can return;
+    bounded only by a subquery (``low_k``) that is a third of each partition,
+    and a bitmap of ``revision_seq_entity`` and a sort, or a sequential scan of
+    the partition and a sort, could look cheaper than the index (it did, in
+    ``test_scale_plans``, once a few seeded logs had been rolled back). Capped at
+    the window's row count, reading the index newest first is the cheap plan for
+    any guess of the range above the cap. An ORDER BY outside would plan the
+    subquery for every row again and sort what passed the tests after reading
+    them all."""
+    cut = "OFFSET 0" if rows is None else f"LIMIT {rows:d}"
     return (
         f"(SELECT {_T}.id, {_T}.seq FROM (SELECT * FROM {_T} WHERE {bound}"
-        f" ORDER BY {_T}.seq DESC, {_T}.id DESC OFFSET 0) {_T}"
+        f" ORDER BY {_T}.seq DESC, {_T}.id DESC {cut}) {_T}"
         f" WHERE {gate}{tests} LIMIT %s)"
     )
 
@@ -284,14 +314,17 @@ def _ladder(
     walk_sql, walk_params = walk_tests
     probe_sql, probe_params = probe_tests
 
-    def walk(bound: str, gate: str) -> None:
-        arms.append(_walk_arm(bound, gate, walk_sql))
-        arm_args.extend([*walk_params, limit])
+    def walk(bound: str, gate: str, rows: int | None, args: list[Any]) -> None:
+        arms.append(_walk_arm(bound, gate, walk_sql, rows))
+        arm_args.extend([*args, *walk_params, limit])
 
     # low_0: the seq of the KEY_WINDOW-th newest revision below the page's start.
+    # The first walk is the revisions above it and below the page's start: at
+    # most KEY_WINDOW of them (those at low_0 itself are the first probe's).
     ctes.append(_low(0, "" if after is None else f"WHERE {_T}.seq <= %s", KEY_WINDOW))
     cte_args.extend([] if after is None else [after[0]])
-    walk(f"{_T}.seq > (SELECT s FROM low_0)", "")
+    top = "" if after is None else f" AND ({_T}.seq, {_T}.id) < (%s, %s)"
+    walk(f"{_T}.seq > (SELECT s FROM low_0){top}", "", KEY_WINDOW, list(after or ()))
     for k in range(1, KEY_RUNGS + 1):
         cap = KEY_PROBE * KEY_STEP ** (k - 1)
         # The key's matches below the walk so far, at most ``cap``; ``open_k``:
@@ -312,11 +345,16 @@ def _ladder(
             f" ORDER BY seq DESC, id DESC LIMIT %s)"
         )
         arm_args.append(limit)
+        gate = f"(SELECT ok FROM open_{k}) AND "
         below = f"{_T}.seq <= (SELECT s FROM low_{k - 1})"
         if k < KEY_RUNGS:
-            ctes.append(_low(k, f"WHERE {below}", KEY_WINDOW * KEY_STEP**k))
-            below += f" AND {_T}.seq > (SELECT s FROM low_{k})"
-        walk(below, f"(SELECT ok FROM open_{k}) AND ")
+            # This rung's walk: the revisions above low_k, at most ``rows``; the
+            # cap reads as many newest first, low_k's own are cut above it.
+            ctes.append(_low_by_hops(k, KEY_STEP**k))
+            rows = KEY_WINDOW * KEY_STEP**k
+            walk(below, f"{gate}{_T}.seq > (SELECT s FROM low_{k}) AND ", rows, [])
+        else:
+            walk(below, gate, None, [])
     sql = (
         f"WITH {', '.join(ctes)},"
         f" page AS MATERIALIZED (SELECT * FROM ({' UNION ALL '.join(arms)}) arms LIMIT %s)"
