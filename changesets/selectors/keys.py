@@ -31,6 +31,8 @@ from changesets.selectors.log import after_cut
 from changesets.selectors.rows import (
     AT_MICROS,
     ENTITY_WHERE,
+    JOIN_CHANGESET,
+    ROW_COLUMNS,
     SELECT_ROWS,
     VALUES,
     HistoryRow,
@@ -54,6 +56,12 @@ def key_filter(*, branch: str, namespace: str, key: str) -> Q | RawSQL:
     return RawSQL(_KEY_RULE, [branch, namespace, key], output_field=BooleanField())
 
 
+# How many of an entity's revisions below a key-filtered history page's start are
+# walked, the key rule tested on each, before its matches further down are read
+# off the key's posting list (entity_key_history).
+ENTITY_KEY_WINDOW = 200
+
+
 def entity_key_history(
     *,
     key: EntityKey,
@@ -65,15 +73,62 @@ def entity_key_history(
     """One entity's revisions that touched ``pointer`` (the key rule), newest first.
 
     Rows, not model instances, like :func:`~changesets.selectors.log.entity_history`.
+    A key, in two arms of one statement (the second runs only if the first came
+    up short):
+
+    - a **walk** of the entity's ``ENTITY_KEY_WINDOW`` newest revisions below the
+      page's start off ``revision_history``, the key rule tested on each row: a
+      key the entity changes often fills the page here;
+    - below that, the entity's revisions on the key's posting list
+      (``revision_changed_keys``), the planner's choice of ANDing it with the
+      entity's history or walking on.
+
+    Written as one filtered statement, the planner chose by the posting list's
+    share of the namespace: for a key in most of a namespace's revisions it
+    walked the entity's history and stopped at the page, otherwise it ANDed the
+    two bitmaps, then read, joined to its changeset and sorted every match: all
+    2,803 revisions of a busy entity of a middling namespace at 1M changesets
+    (25 ms in SQL where the walk takes 0.5; 249 ms at 10M, bench/scale.py).
     """
-    params: list[Any] = [branch, key.namespace, key.kind, key.slug]
     if pointer == "":
-        where = f"{ENTITY_WHERE} AND {_T}.changed <> ''"
-    else:
-        where = f"{ENTITY_WHERE} AND {_KEY_RULE}"
-        params += [branch, key.namespace, pointer]
-    where, params = after_cut(where, params)
-    return history_rows(where, params, before_seq=before_seq, limit=limit)
+        where, params = after_cut(
+            f"{ENTITY_WHERE} AND {_T}.changed <> ''", [branch, key.namespace, key.kind, key.slug]
+        )
+        return history_rows(where, params, before_seq=before_seq, limit=limit)
+    return _walk_then_probe(key, pointer, branch, before_seq, limit)
+
+
+def _walk_then_probe(
+    key: EntityKey, pointer: str, branch: str, before_seq: int | None, limit: int
+) -> list[HistoryRow]:
+    """:func:`entity_key_history` for a pointer. ``win`` is the window, read only as
+    far as the walk pulls it (all of it if the walk comes up short and the probe
+    asks for its oldest seq); the probe runs only if the window is full, since
+    otherwise it held the entity's whole history. Rows carry the revision's
+    columns, aliased as the table, so the page reads the revision table no
+    second time, and only the page's rows are joined to their changesets."""
+    entity, entity_args = after_cut(ENTITY_WHERE, [branch, key.namespace, key.kind, key.slug])
+    if before_seq is not None:
+        entity += f" AND {_T}.seq < %s"
+        entity_args.append(before_seq)
+    rule, rule_args = touching([pointer])
+    window = ENTITY_KEY_WINDOW
+    sql = (
+        f"WITH win AS MATERIALIZED (SELECT * FROM {_T} WHERE {entity}"
+        f" ORDER BY {_T}.seq DESC LIMIT {window:d}),"
+        " page AS MATERIALIZED (SELECT * FROM ("
+        f"(SELECT * FROM win {_T} WHERE {rule} LIMIT %s)"
+        " UNION ALL"
+        f" (SELECT * FROM {_T} WHERE (SELECT count(*) FROM win) >= {window:d}"
+        f" AND {entity} AND {_KEY_RULE} AND {_T}.seq < (SELECT min(seq) FROM win)"
+        f" ORDER BY {_T}.seq DESC LIMIT %s)"
+        ") arms LIMIT %s)"
+        f" SELECT {ROW_COLUMNS} FROM page {_T} {JOIN_CHANGESET} ORDER BY {_T}.seq DESC"
+    )
+    args = [*entity_args, *rule_args, limit, *entity_args, branch, key.namespace, pointer]
+    with read_connection().cursor() as cursor:
+        cursor.execute(sql, [*args, limit, limit])
+        return [row_of(r) for r in cursor.fetchall()]
 
 
 @dataclass(frozen=True)

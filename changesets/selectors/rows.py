@@ -68,15 +68,18 @@ REVISION = "changesets_revision"
 # changeset's ``at`` is the revision's (``Revision`` copies it; ``verify_log``
 # checks the copy).
 AT_MICROS = f"(extract(epoch from {REVISION}.at) * 1000000)::int8"
-SELECT_ROWS = (
-    f"SELECT {REVISION}.id, {REVISION}.changeset_id, {REVISION}.seq, {REVISION}.branch,"
+ROW_COLUMNS = (
+    f"{REVISION}.id, {REVISION}.changeset_id, {REVISION}.seq, {REVISION}.branch,"
     f" {AT_MICROS}, {REVISION}.namespace, {REVISION}.kind, {REVISION}.slug, {REVISION}.op,"
     f" {REVISION}.undo, {REVISION}.after, {REVISION}.before_version,"
     f" {REVISION}.after_version, string_to_array({REVISION}.changed, '~2'),"
     " c.author_name, c.rpc, c.comment,"
     f" {REVISION}.undo_gone"
-    f" FROM {REVISION} JOIN changesets_changeset c ON c.id = {REVISION}.changeset_id"
 )
+# The changeset joined on ``{REVISION}.changeset_id``: after ``FROM {REVISION}``, or
+# after a page of revision rows aliased so.
+JOIN_CHANGESET = f"JOIN changesets_changeset c ON c.id = {REVISION}.changeset_id"
+SELECT_ROWS = f"SELECT {ROW_COLUMNS} FROM {REVISION} {JOIN_CHANGESET}"
 # The same columns for a queryset's ``values_list`` (annotated with ``at_micros``),
 # in the order :func:`row_of` reads them.
 VALUES = (

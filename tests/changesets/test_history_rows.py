@@ -111,7 +111,9 @@ def history_queries(client: Any, url: str = URL, *, results: int = 4) -> list[st
 
 
 def is_page(sql: str) -> bool:
-    return "FROM changesets_revision JOIN changesets_changeset" in sql
+    """A page of rows with their changesets: off the table, or off a page of its
+    rows aliased as the table (``keys.entity_key_history``)."""
+    return " changesets_revision JOIN changesets_changeset" in sql
 
 
 def test_a_history_page_is_one_query_after_authentication(lifecycle, staff, client_for):
