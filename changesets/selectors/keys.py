@@ -101,34 +101,68 @@ def entity_key_history(
 def _walk_then_probe(
     key: EntityKey, pointer: str, branch: str, before_seq: int | None, limit: int
 ) -> list[HistoryRow]:
-    """:func:`entity_key_history` for a pointer. ``win`` is the window, read only as
-    far as the walk pulls it (all of it if the walk comes up short and the probe
-    asks for its oldest seq); the probe runs only if the window is full, since
-    otherwise it held the entity's whole history. Rows carry the revision's
-    columns, aliased as the table, so the page reads the revision table no
-    second time, and only the page's rows are joined to their changesets."""
+    """:func:`entity_key_history` for a pointer, off :func:`entity_walk_then_probe`."""
     entity, entity_args = after_cut(ENTITY_WHERE, [branch, key.namespace, key.kind, key.slug])
     if before_seq is not None:
         entity += f" AND {_T}.seq < %s"
         entity_args.append(before_seq)
-    rule, rule_args = touching([pointer])
+    sql, args = entity_walk_then_probe(
+        (entity, entity_args), key, [pointer], branch=branch, limit=limit, columns=ROW_COLUMNS
+    )
+    with read_connection().cursor() as cursor:
+        cursor.execute(sql, args)
+        return [row_of(r) for r in cursor.fetchall()]
+
+
+def entity_walk_then_probe(
+    entity: tuple[str, list[Any]],
+    key: EntityKey,
+    pointers: Sequence[str],
+    *,
+    branch: str,
+    limit: int,
+    columns: str,
+) -> tuple[str, list[Any]]:
+    """The statement, and its parameters, of the newest ``limit`` revisions matching
+    ``entity`` (SQL over the revision table: one entity's revisions, and bounds)
+    that touched any of ``pointers`` (the key rule), newest first, ``columns``
+    of :data:`~changesets.selectors.rows.ROW_COLUMNS`'s names (the changeset is
+    ``c``). Two arms: a walk of ``ENTITY_KEY_WINDOW`` of them, the rule tested
+    on each row (:func:`touching`), then, if that came up short, the key's
+    posting lists below the walk (:func:`entity_key_history` says why).
+
+    ``win`` is the window, read only as far as the walk pulls it (all of it if
+    the walk comes up short and the probe asks for its oldest seq); the probe
+    runs only if the window is full, since otherwise it held every revision
+    there is. Rows carry the revision's columns, aliased as the table, so the
+    page reads the revision table no second time, and only the page's rows
+    are joined to their changesets."""
+    where, where_args = entity
+    rule, rule_args = touching(pointers)
+    posting_args: list[Any]
+    if len(pointers) == 1:  # folded to its terms when planned: the GIN index's estimate
+        posting, posting_args = _KEY_RULE, [branch, key.namespace, pointers[0]]
+    else:
+        posting = (
+            f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed) && ARRAY("
+            "SELECT unnest(atlas_key_query(%s, %s, p)) FROM unnest(%s::text[]) AS p)"
+        )
+        posting_args = [branch, key.namespace, list(pointers)]
     window = ENTITY_KEY_WINDOW
     sql = (
-        f"WITH win AS MATERIALIZED (SELECT * FROM {_T} WHERE {entity}"
+        f"WITH win AS MATERIALIZED (SELECT * FROM {_T} WHERE {where}"
         f" ORDER BY {_T}.seq DESC LIMIT {window:d}),"
         " page AS MATERIALIZED (SELECT * FROM ("
         f"(SELECT * FROM win {_T} WHERE {rule} LIMIT %s)"
         " UNION ALL"
         f" (SELECT * FROM {_T} WHERE (SELECT count(*) FROM win) >= {window:d}"
-        f" AND {entity} AND {_KEY_RULE} AND {_T}.seq < (SELECT min(seq) FROM win)"
+        f" AND {where} AND {posting} AND {_T}.seq < (SELECT min(seq) FROM win)"
         f" ORDER BY {_T}.seq DESC LIMIT %s)"
         ") arms LIMIT %s)"
-        f" SELECT {ROW_COLUMNS} FROM page {_T} {JOIN_CHANGESET} ORDER BY {_T}.seq DESC"
+        f" SELECT {columns} FROM page {_T} {JOIN_CHANGESET} ORDER BY {_T}.seq DESC"
     )
-    args = [*entity_args, *rule_args, limit, *entity_args, branch, key.namespace, pointer]
-    with read_connection().cursor() as cursor:
-        cursor.execute(sql, [*args, limit, limit])
-        return [row_of(r) for r in cursor.fetchall()]
+    args = [*where_args, *rule_args, limit, *where_args, *posting_args, limit, limit]
+    return sql, args
 
 
 @dataclass(frozen=True)
