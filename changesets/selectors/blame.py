@@ -20,7 +20,7 @@ from atlas.replicas import read_connection
 from changesets import pointers
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, Revision
-from changesets.selectors import keys
+from changesets.selectors import entity_keys
 from changesets.selectors.log import after_cut
 from changesets.selectors.rows import ENTITY_WHERE
 from changesets.selectors.rows import REVISION as _T
@@ -167,7 +167,7 @@ def _walk(
     statement resolved it first), at most ``BLAME_BATCH``: the entity's newest
     revisions below the bound walked off ``revision_history``, then, if they
     came up short, the open leaves' posting lists below them
-    (``keys.entity_walk_then_probe``). Leaves open after the walk are the ones
+    (``entity_keys.entity_walk_then_probe``). Leaves open after the walk are the ones
     rarely written, most often those the create set: walked for, the busy
     entity of the scale bench cost a read of all its 18,530 revisions at 1M
     changesets (63 ms, 15,464 buffers), where the posting lists hold one."""
@@ -180,7 +180,7 @@ def _walk(
             where += f" AND {_T}.seq {'<' if strictly_below else '<='} %s"
             args.append(bound)
         batch = min(BLAME_BATCH, 4 * len(leaves) + 16)
-        sql, params = keys.entity_walk_then_probe(
+        sql, params = entity_keys.entity_walk_then_probe(
             (where, args), key, leaves, branch=branch, limit=batch, columns=fields
         )
         with read_connection().cursor() as cursor:

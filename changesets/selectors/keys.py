@@ -27,24 +27,19 @@ from atlas.replicas import read_connection
 from changesets.archive import boundary
 from changesets.models import BASELINE, Revision
 from changesets.selectors.bounds import end_of_millisecond
-from changesets.selectors.log import after_cut
 from changesets.selectors.rows import (
     AT_MICROS,
-    ENTITY_WHERE,
-    JOIN_CHANGESET,
-    ROW_COLUMNS,
     SELECT_ROWS,
     VALUES,
     HistoryRow,
-    history_rows,
     row_of,
 )
-from entities.store import EntityKey
 
 _T = "changesets_revision"
 # The index expression of ``revision_changed_keys``, spelled as the migration does
-# (the planner matches it), overlapping the query's terms.
-_KEY_RULE = (
+# (the planner matches it), overlapping the query's terms (its parameters: branch,
+# namespace, key).
+KEY_RULE = (
     f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed) && atlas_key_query(%s, %s, %s)"
 )
 
@@ -53,116 +48,7 @@ def key_filter(*, branch: str, namespace: str, key: str) -> Q | RawSQL:
     """The key rule as a filter on revisions of ``(branch, namespace)``."""
     if key == "":
         return ~Q(changed=[])
-    return RawSQL(_KEY_RULE, [branch, namespace, key], output_field=BooleanField())
-
-
-# How many of an entity's revisions below a key-filtered history page's start are
-# walked, the key rule tested on each, before its matches further down are read
-# off the key's posting list (entity_key_history).
-ENTITY_KEY_WINDOW = 200
-
-
-def entity_key_history(
-    *,
-    key: EntityKey,
-    pointer: str,
-    branch: str = BASELINE,
-    before_seq: int | None = None,
-    limit: int = 50,
-) -> list[HistoryRow]:
-    """One entity's revisions that touched ``pointer`` (the key rule), newest first.
-
-    Rows, not model instances, like :func:`~changesets.selectors.log.entity_history`.
-    A key, in two arms of one statement (the second runs only if the first came
-    up short):
-
-    - a **walk** of the entity's ``ENTITY_KEY_WINDOW`` newest revisions below the
-      page's start off ``revision_history``, the key rule tested on each row: a
-      key the entity changes often fills the page here;
-    - below that, the entity's revisions on the key's posting list
-      (``revision_changed_keys``), the planner's choice of ANDing it with the
-      entity's history or walking on.
-
-    Written as one filtered statement, the planner chose by the posting list's
-    share of the namespace: for a key in most of a namespace's revisions it
-    walked the entity's history and stopped at the page, otherwise it ANDed the
-    two bitmaps, then read, joined to its changeset and sorted every match: all
-    2,803 revisions of a busy entity of a middling namespace at 1M changesets
-    (25 ms in SQL where the walk takes 0.5; 249 ms at 10M, bench/scale.py).
-    """
-    if pointer == "":
-        where, params = after_cut(
-            f"{ENTITY_WHERE} AND {_T}.changed <> ''", [branch, key.namespace, key.kind, key.slug]
-        )
-        return history_rows(where, params, before_seq=before_seq, limit=limit)
-    return _walk_then_probe(key, pointer, branch, before_seq, limit)
-
-
-def _walk_then_probe(
-    key: EntityKey, pointer: str, branch: str, before_seq: int | None, limit: int
-) -> list[HistoryRow]:
-    """:func:`entity_key_history` for a pointer, off :func:`entity_walk_then_probe`."""
-    entity, entity_args = after_cut(ENTITY_WHERE, [branch, key.namespace, key.kind, key.slug])
-    if before_seq is not None:
-        entity += f" AND {_T}.seq < %s"
-        entity_args.append(before_seq)
-    sql, args = entity_walk_then_probe(
-        (entity, entity_args), key, [pointer], branch=branch, limit=limit, columns=ROW_COLUMNS
-    )
-    with read_connection().cursor() as cursor:
-        cursor.execute(sql, args)
-        return [row_of(r) for r in cursor.fetchall()]
-
-
-def entity_walk_then_probe(
-    entity: tuple[str, list[Any]],
-    key: EntityKey,
-    pointers: Sequence[str],
-    *,
-    branch: str,
-    limit: int,
-    columns: str,
-) -> tuple[str, list[Any]]:
-    """The statement, and its parameters, of the newest ``limit`` revisions matching
-    ``entity`` (SQL over the revision table: one entity's revisions, and bounds)
-    that touched any of ``pointers`` (the key rule), newest first, ``columns``
-    of :data:`~changesets.selectors.rows.ROW_COLUMNS`'s names (the changeset is
-    ``c``). Two arms: a walk of ``ENTITY_KEY_WINDOW`` of them, the rule tested
-    on each row (:func:`touching`), then, if that came up short, the key's
-    posting lists below the walk (:func:`entity_key_history` says why).
-
-    ``win`` is the window, read only as far as the walk pulls it (all of it if
-    the walk comes up short and the probe asks for its oldest seq); the probe
-    runs only if the window is full, since otherwise it held every revision
-    there is. Rows carry the revision's columns, aliased as the table, so the
-    page reads the revision table no second time, and only the page's rows
-    are joined to their changesets."""
-    where, where_args = entity
-    rule, rule_args = touching(pointers)
-    posting_args: list[Any]
-    if len(pointers) == 1:  # folded to its terms when planned: the GIN index's estimate
-        posting, posting_args = _KEY_RULE, [branch, key.namespace, pointers[0]]
-    else:
-        posting = (
-            f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed) && ARRAY("
-            "SELECT unnest(atlas_key_query(%s, %s, p)) FROM unnest(%s::text[]) AS p)"
-        )
-        posting_args = [branch, key.namespace, list(pointers)]
-    window = ENTITY_KEY_WINDOW
-    sql = (
-        f"WITH win AS MATERIALIZED (SELECT * FROM {_T} WHERE {where}"
-        f" ORDER BY {_T}.seq DESC LIMIT {window:d}),"
-        " page AS MATERIALIZED (SELECT * FROM ("
-        f"(SELECT * FROM win {_T} WHERE {rule} LIMIT %s)"
-        " UNION ALL"
-        f" (SELECT * FROM {_T} WHERE (SELECT count(*) FROM win) >= {window:d}"
-        f" AND {where} AND {posting} AND {_T}.seq < (SELECT min(seq) FROM win)"
-        f" ORDER BY {_T}.seq DESC LIMIT %s)"
-        ") arms LIMIT %s)"
-        f" SELECT {columns} FROM page {_T} {JOIN_CHANGESET} ORDER BY {_T}.seq DESC"
-    )
-    args = [*where_args, *rule_args, limit, *where_args, *posting_args, limit, limit]
-    return sql, args
+    return RawSQL(KEY_RULE, [branch, namespace, key], output_field=BooleanField())
 
 
 @dataclass(frozen=True)
@@ -293,7 +179,7 @@ def _key_revisions(
         *conds,
         touching([where.key]),
     ]
-    probe_tests = [(_KEY_RULE, rule), *conds]
+    probe_tests = [(KEY_RULE, rule), *conds]
     if after is not None:
         walk_tests.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
         probe_tests.append((f"({_T}.seq + 0, {_T}.id) < (%s, %s)", list(after)))

@@ -59,7 +59,7 @@ class HistoryRow:
     changeset: ChangesetBrief
 
 
-# The revision table keeps its own name (no alias): ``keys._KEY_RULE`` spells
+# The revision table keeps its own name (no alias): ``keys.KEY_RULE`` spells
 # its columns that way, as the GIN index expression it must match does.
 REVISION = "changesets_revision"
 # ``at`` as integer microseconds since the epoch: psycopg loads an int8 in C,

@@ -38,7 +38,7 @@ from atlas.exceptions import NotFound
 from atlas.replicas import has_as_of, replica_read
 from changesets.archive import boundary
 from changesets.models import Changeset
-from changesets.selectors import asof, keys
+from changesets.selectors import asof, entity_keys
 from changesets.selectors import blame as blames
 from changesets.selectors import diff as diffs
 from changesets.selectors.log import entity_has_history, entity_history
@@ -123,7 +123,7 @@ class HistoryActions:
                 return entity_history(
                     key=key, branch=store.branch, before_seq=before_seq, limit=limit
                 )
-            return keys.entity_key_history(
+            return entity_keys.entity_key_history(
                 key=key, pointer=pointer, branch=store.branch, before_seq=before_seq, limit=limit
             )
 

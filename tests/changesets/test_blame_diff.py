@@ -27,7 +27,7 @@ from changesets import pointers
 from changesets.models import Changeset, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
 from changesets.selectors import blame as blame_selectors
-from changesets.selectors import keys as keys_selectors
+from changesets.selectors import entity_keys
 from changesets.services.apply import changeset_apply
 from entities.store import EntityKey, baseline
 from tests.atlas.test_errors import assert_problem
@@ -133,7 +133,7 @@ def brute_blame(history: list[Step], upto: int, slug: str) -> list[tuple[str, st
 
 
 def is_walk(sql: str) -> bool:
-    """One of blame's statements (``keys.entity_walk_then_probe``): a window of the
+    """One of blame's statements (``entity_keys.entity_walk_then_probe``): a window of the
     entity's revisions, then the open leaves' posting lists."""
     return sql.startswith("WITH win AS MATERIALIZED")
 
@@ -240,7 +240,7 @@ def test_blame_reads_only_the_revisions_that_touched_an_open_leaf(api, staff, na
         ):
             read += node["Actual Rows"] * node["Actual Loops"]
             read += node.get("Rows Removed by Filter", 0)
-    assert read <= keys_selectors.ENTITY_KEY_WINDOW + 2, read
+    assert read <= entity_keys.ENTITY_KEY_WINDOW + 2, read
 
 
 def test_blame_of_an_emptied_object_and_an_empty_document(api, staff, namespace):

@@ -17,7 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from changesets.models import Revision
-from changesets.selectors import keys
+from changesets.selectors import entity_keys, keys
 from changesets.selectors.log import entity_history
 from changesets.selectors.rows import HistoryRow
 from tests.changesets.helpers import assert_json_identical, key
@@ -87,12 +87,12 @@ def test_entity_history_pages_by_seq(lifecycle):
 
 
 def test_key_history_rows_hold_what_the_models_hold(lifecycle):
-    rows = keys.entity_key_history(key=key(PATH), pointer="/n")
+    rows = entity_keys.entity_key_history(key=key(PATH), pointer="/n")
     expected = [r for r in orm_history() if any(p.startswith("/n") for p in r.changed)]
     assert [r.seq for r in rows] == [r.seq for r in expected] and len(rows) == 3
     for row, revision in zip(rows, expected, strict=True):
         assert_same(row, revision)
-    whole = keys.entity_key_history(key=key(PATH), pointer="")
+    whole = entity_keys.entity_key_history(key=key(PATH), pointer="")
     assert [r.seq for r in whole] == [r.seq for r in orm_history()]
 
 
@@ -112,7 +112,7 @@ def history_queries(client: Any, url: str = URL, *, results: int = 4) -> list[st
 
 def is_page(sql: str) -> bool:
     """A page of rows with their changesets: off the table, or off a page of its
-    rows aliased as the table (``keys.entity_key_history``)."""
+    rows aliased as the table (``entity_keys.entity_key_history``)."""
     return " changesets_revision JOIN changesets_changeset" in sql
 
 

@@ -26,7 +26,7 @@ from bench import scale_populate as pop
 from changesets import pointers
 from changesets.admin import search
 from changesets.models import Changeset, Revision
-from changesets.selectors import asof, by_namespace, keys
+from changesets.selectors import asof, by_namespace, entity_keys, keys
 from changesets.selectors.log import changeset_list
 from entities.store import EntityKey
 from tests.changesets.partition_helpers import parent_index
@@ -481,7 +481,7 @@ def test_a_busy_entitys_key_history_walks_its_newest_revisions_then_the_keys_own
     for namespace, key in ENTITY_KEY_CASES:
         entity = EntityKey(namespace, "item", "obj-0")
         rows, sql = only_sql(
-            lambda e=entity, k=key: keys.entity_key_history(key=e, pointer=k, limit=51)
+            lambda e=entity, k=key: entity_keys.entity_key_history(key=e, pointer=k, limit=51)
         )
         assert [r.seq for r in rows] == brute_entity_key(namespace, key), (namespace, key)
         plan = analyze(sql)
@@ -496,15 +496,17 @@ def test_a_busy_entitys_key_history_walks_its_newest_revisions_then_the_keys_own
                 assert sorted_["Actual Rows"] <= 51, (key, shape(plan))
             if node["Node Type"] in ("Index Scan", "Seq Scan", "Bitmap Heap Scan"):
                 removed = node.get("Rows Removed by Filter", 0)
-                assert read + removed <= keys.ENTITY_KEY_WINDOW + 51, (key, shape(plan))
+                assert read + removed <= entity_keys.ENTITY_KEY_WINDOW + 51, (key, shape(plan))
 
 
 def test_a_key_history_pages_across_the_window_in_order(log, monkeypatch):
-    monkeypatch.setattr(keys, "ENTITY_KEY_WINDOW", 7)
+    monkeypatch.setattr(entity_keys, "ENTITY_KEY_WINDOW", 7)
     for namespace, key in [*ENTITY_KEY_CASES, (pop.MID_NS, "/n"), (pop.RARE_NS, "/tags")]:
         entity, before = EntityKey(namespace, "item", "obj-0"), None
         for _ in range(6):
-            rows = keys.entity_key_history(key=entity, pointer=key, before_seq=before, limit=5)
+            rows = entity_keys.entity_key_history(
+                key=entity, pointer=key, before_seq=before, limit=5
+            )
             assert [r.seq for r in rows] == brute_entity_key(namespace, key, before)[:5], key
             if len(rows) < 5:
                 break
