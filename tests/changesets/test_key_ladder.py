@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from changesets import pointers
 from changesets.fields import POINTER_SEPARATOR
 from changesets.models import Revision
 from changesets.selectors import keys
 from tests.changesets.partition_helpers import parent_index
-from tests.changesets.test_time_seek import analyze, nodes, only_sql
+from tests.changesets.test_time_seek import analyze, nodes
 
 pytestmark = pytest.mark.django_db
 
@@ -107,6 +108,13 @@ def page(namespace: str, key: str, after: tuple[int, int] | None = None) -> Any:
     )
 
 
+def statements(call: Any) -> tuple[Any, list[str]]:
+    """The result of ``call()`` and the statements it ran (a rung each)."""
+    with CaptureQueriesContext(connection) as queries:
+        result = call()
+    return result, [q["sql"] for q in queries.captured_queries]
+
+
 def walked(plan: dict[str, Any]) -> int:
     """Revisions the plan read off ``revision_seq_entity`` (walks and their bounds)."""
     return sum(
@@ -120,21 +128,33 @@ def test_an_old_key_with_more_matches_than_a_probe_is_not_walked_back_to(log, sm
     # /payload: 1,000 matches, all under 25,000 newer revisions. The first probe
     # (200) comes up full, the second (2,000) holds them all: the page is theirs.
     # Before the ladder the walk went on through all 25,000.
-    rows, sql = only_sql(lambda: page(OLD, "/payload"))
+    rows, sqls = statements(lambda: page(OLD, "/payload"))
     assert [r.id for r in rows] == brute(OLD, "/payload")
     assert len(rows) == 51
-    # The walks of the first two rungs and their bounds' counts: 2 x (100 + 1,000),
-    # and a row past each count's end (low_0's and each of low_1's ten hops').
-    assert walked(analyze(sql)) <= 2 * (100 + 1000) + 11 + 10, walked(analyze(sql))
+    # Two rungs, a statement each. Their walks and bounds' counts: 2 x (100 + 1,000),
+    # and a row past each count's end (the first rung's and each of the second's
+    # ten hops').
+    assert len(sqls) == 2, sqls
+    read = sum(walked(analyze(sql)) for sql in sqls)
+    assert read <= 2 * (100 + 1000) + 11 + 10, read
 
 
 def test_a_key_quiet_under_a_short_burst_is_walked_to(log, small):
     # OLD's /v has 1,300 matches, the newest 5,000 revisions down: the window
     # misses, the first probe is full, the second rung's walk... is 1,000 short of
     # them, the second probe holds all 1,300.
-    rows, sql = only_sql(lambda: page(OLD, "/v"))
+    rows, sqls = statements(lambda: page(OLD, "/v"))
     assert [r.id for r in rows] == brute(OLD, "/v")
-    assert walked(analyze(sql)) <= 2 * (100 + 1000) + 11 + 10
+    assert len(sqls) == 2, sqls
+    assert sum(walked(analyze(sql)) for sql in sqls) <= 2 * (100 + 1000) + 11 + 10
+
+
+def test_a_key_changed_often_is_one_statement(log, small):
+    # BUSY's /v is in every one of its revisions: the first rung's walk fills the
+    # page, and no later rung is planned or sent.
+    rows, sqls = statements(lambda: page(BUSY, "/v"))
+    assert [r.id for r in rows] == brute(BUSY, "/v") and len(rows) == 51
+    assert len(sqls) == 1, sqls
 
 
 @pytest.mark.parametrize(
