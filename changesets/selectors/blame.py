@@ -21,8 +21,6 @@ from changesets import pointers
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, Revision
 from changesets.selectors import entity_keys
-from changesets.selectors.log import after_cut
-from changesets.selectors.rows import ENTITY_WHERE
 from changesets.selectors.rows import REVISION as _T
 from entities.store import EntityKey
 
@@ -174,8 +172,9 @@ def _walk(
     fields = (
         f"string_to_array({_T}.changed, '~2'), {_T}.changeset_id, {_T}.seq, {_T}.at, c.author_name"
     )
+    entity, entity_args = entity_keys.entity_where(key, branch)
     while leaves := still_open():
-        where, args = after_cut(ENTITY_WHERE, [branch, key.namespace, key.kind, key.slug])
+        where, args = entity, list(entity_args)
         if bound is not None:
             where += f" AND {_T}.seq {'<' if strictly_below else '<='} %s"
             args.append(bound)

@@ -13,7 +13,7 @@ from typing import Any
 
 from atlas.replicas import read_connection
 from changesets.models import BASELINE
-from changesets.selectors.keys import KEY_RULE, touching
+from changesets.selectors.keys import KEY_RULE, KEY_TERMS, touching
 from changesets.selectors.log import after_cut
 from changesets.selectors.rows import (
     ENTITY_WHERE,
@@ -23,9 +23,8 @@ from changesets.selectors.rows import (
     history_rows,
     row_of,
 )
+from changesets.selectors.rows import REVISION as _T
 from entities.store import EntityKey
-
-_T = "changesets_revision"
 
 # How many of an entity's revisions below a key-filtered history page's start are
 # walked, the key rule tested on each, before its matches further down are read
@@ -62,18 +61,24 @@ def entity_key_history(
     (25 ms in SQL where the walk takes 0.5; 249 ms at 10M, bench/scale.py).
     """
     if pointer == "":
-        where, params = after_cut(
-            f"{ENTITY_WHERE} AND {_T}.changed <> ''", [branch, key.namespace, key.kind, key.slug]
+        where, params = entity_where(key, branch)
+        return history_rows(
+            f"{where} AND {_T}.changed <> ''", params, before_seq=before_seq, limit=limit
         )
-        return history_rows(where, params, before_seq=before_seq, limit=limit)
     return _walk_then_probe(key, pointer, branch, before_seq, limit)
+
+
+def entity_where(key: EntityKey, branch: str) -> tuple[str, list[Any]]:
+    """SQL over the revision table for ``key``'s revisions on ``branch`` after the
+    archive cut, and its parameters."""
+    return after_cut(ENTITY_WHERE, [branch, key.namespace, key.kind, key.slug])
 
 
 def _walk_then_probe(
     key: EntityKey, pointer: str, branch: str, before_seq: int | None, limit: int
 ) -> list[HistoryRow]:
     """:func:`entity_key_history` for a pointer, off :func:`entity_walk_then_probe`."""
-    entity, entity_args = after_cut(ENTITY_WHERE, [branch, key.namespace, key.kind, key.slug])
+    entity, entity_args = entity_where(key, branch)
     if before_seq is not None:
         entity += f" AND {_T}.seq < %s"
         entity_args.append(before_seq)
@@ -115,7 +120,7 @@ def entity_walk_then_probe(
         posting, posting_args = KEY_RULE, [branch, key.namespace, pointers[0]]
     else:
         posting = (
-            f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed) && ARRAY("
+            f"{KEY_TERMS} && ARRAY("
             "SELECT unnest(atlas_key_query(%s, %s, p)) FROM unnest(%s::text[]) AS p)"
         )
         posting_args = [branch, key.namespace, list(pointers)]

@@ -38,11 +38,11 @@ from changesets.selectors.rows import (
 
 _T = "changesets_revision"
 # The index expression of ``revision_changed_keys``, spelled as the migration does
-# (the planner matches it), overlapping the query's terms (its parameters: branch,
+# (the planner matches it).
+KEY_TERMS = f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed)"
+# The key rule on that index: its terms overlap the query's (parameters: branch,
 # namespace, key).
-KEY_RULE = (
-    f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed) && atlas_key_query(%s, %s, %s)"
-)
+KEY_RULE = f"{KEY_TERMS} && atlas_key_query(%s, %s, %s)"
 
 
 def key_filter(*, branch: str, namespace: str, key: str) -> Q | RawSQL:
@@ -197,6 +197,7 @@ def _tests(
     where: RevisionFilter, branch: str, after: tuple[int, int] | None
 ) -> tuple[_Cond, _Cond]:
     """What a walk tests on each row, and what a probe asks the posting list."""
+    assert where.key
     conds = _key_conds(where)
     # The walk spells branch and namespace so that no index matches them: the
     # planner, expecting few matches, otherwise read the range out of
@@ -206,7 +207,7 @@ def _tests(
         (f"{_T}.branch || '' = %s", [branch]),
         (f"{_T}.namespace || '' = %s", [where.namespace]),
         *conds,
-        touching([where.key or ""]),
+        touching([where.key]),
     ]
     probe_tests = [(KEY_RULE, [branch, where.namespace, where.key]), *conds]
     if after is not None:
