@@ -342,5 +342,17 @@ def drop_for_load(cursor, tables: tuple[str, ...]) -> list[str]:
     """:func:`drop_secondary` over ``tables``; the statements that recreate them, every
     foreign key last: a key may name another table's unique constraint (the revision's
     goes by the changeset's seq, migration 0031)."""
+    # Each revision partition's own key to its changeset partition (migration 0038)
+    # names the changeset table's unique seq: it goes first, and comes back with the keys.
+    cursor.execute(
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE contype = 'f' AND conparentid = 0 AND conrelid IN"
+        " (SELECT inhrelid FROM pg_inherits WHERE inhparent = ANY(%s::regclass[]))",
+        [list(tables)],
+    )
+    keys = cursor.fetchall()
+    for table, name, _definition in keys:
+        cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
     recreate = [statement for table in tables for statement in drop_secondary(cursor, table)]
+    recreate += [f'ALTER TABLE {t} ADD CONSTRAINT "{n}" {d}' for t, n, d in keys]
     return sorted(recreate, key=lambda statement: " FOREIGN KEY " in statement)

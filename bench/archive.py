@@ -84,24 +84,14 @@ def writer_main(index: int, archive_dir: str, stop: Any, results: Any, ready: An
 
 
 def _partitions(changesets: int) -> None:
-    """Lay the empty revision table out so that the 90% cut (``_measure``) ends where a
+    """Lay the empty log tables out so that the 90% cut (``_measure``) ends where a
     partition ends: nine partitions through it, one after (the cut drops nine)."""
-    from django.db import connection
-
     from changesets import partitions
 
     through = int(changesets * 0.9)
     bounds = sorted({i * (through + 1) // 9 for i in range(9)} | {through + 1})
     ranges = [*zip(bounds, bounds[1:], strict=False), (through + 1, changesets + 1_000_000)]
-    with connection.cursor() as cursor:
-        for part in partitions.partitions(cursor):
-            cursor.execute(f"DROP TABLE {part.name}")
-        for lower, upper in ranges:
-            cursor.execute(
-                f"CREATE TABLE {partitions.partition_name(lower)} PARTITION OF"
-                f" {partitions.PARENT} FOR VALUES FROM ({lower}) TO ({upper})"
-            )
-    partitions.forget()
+    partitions.lay_out(ranges)
 
 
 def populate(revisions: int, batch: int) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Reads and the archive cut's removal on one revision table vs N partitions (issue 21, phase 2).
+"""Reads and the archive cut's removal on plain log tables vs N partitions (issue 21).
 
     .venv/bin/python bench/partitions.py                       # ~1M revisions, 10 partitions
     .venv/bin/python bench/partitions.py --changesets 7900000 --partitions 10  # ~10M
@@ -7,19 +7,20 @@
 What it does, in one throw-away database (``atlas_bench_partitions``):
 
 1. The scale benchmark's skewed log (``bench/scale_populate.py``) is inserted in SQL
-   onto ``--partitions`` partitions of equal width (``changesets.partitions``).
+   onto ``--partitions`` partitions of equal width of both log tables, the
+   revisions and the changesets (``changesets.partitions``).
 2. **Reads, partitioned**: the entity history page (the busiest key and a quiet
    one), an as-of page in the middle of the log, a feed page in the middle,
    blame, and ``/revisions?namespace=&key=``, through the API in-process,
    warm, the median of repeated runs.
-3. The rows are moved into one plain table (migration 0025's reverse,
-   ``changesets.repartition.to_plain``) and the same reads are timed again.
-4. **The removal, by DELETE** (one plain table): a signed, switched cut is
+3. The rows are moved into plain tables (migrations 0025's and 0038's reverse,
+   ``changesets.repartition``) and the same reads are timed again.
+4. **The removal, by DELETE** (plain tables): a signed, switched cut is
    recorded through 90% of the log (the end of partition 9 of 10) and
    ``hot.remove_through`` removes everything through it in batches, timed; the
    hot tables' bytes on disk before and after (no VACUUM FULL: what DELETE
-   leaves). The rows are put back from a copy, the table moved onto
-   partitions again (``to_partitioned``), and
+   leaves). The rows are put back from a copy, the tables moved onto
+   partitions again, and
 5. **the removal, by partition drop**: the same cut, timed, bytes before/after.
 
 Only the removal step differs between the two; writing and verifying the
@@ -54,21 +55,11 @@ def _fresh_database() -> None:
 
 
 def _layout(changesets: int, count: int) -> int:
-    """The empty revision table on ``count`` partitions covering the log; the width."""
-    from django.db import connection
-
+    """The empty log tables on ``count`` partitions covering the log; the width."""
     from changesets import partitions
 
     width = max(changesets // count, 1)
-    with connection.cursor() as cursor:
-        for part in partitions.partitions(cursor):
-            cursor.execute(f"DROP TABLE {part.name}")
-        for lower, upper in partitions.missing(0, changesets + 1, [], step=width):
-            cursor.execute(
-                f"CREATE TABLE {partitions.partition_name(lower)} PARTITION OF"
-                f" {partitions.PARENT} FOR VALUES FROM ({lower}) TO ({upper})"
-            )
-    partitions.forget()
+    partitions.lay_out(partitions.missing(0, changesets + 1, [], step=width))
     return width
 
 
@@ -230,12 +221,16 @@ def _move(*, partitioned: bool, width: int) -> float:
 
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
+        # Both log tables (the changeset table since migration 0038), referenced first.
         if partitioned:
+            repartition.changesets_to_partitioned(cursor, progress=False, width=width, ahead=1)
             repartition.to_partitioned(cursor, progress=False, width=width, ahead=1)
         else:
             repartition.to_plain(cursor, progress=False)
+            repartition.changesets_to_plain(cursor, progress=False)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE changesets_revision")
+        cursor.execute("VACUUM ANALYZE changesets_changeset")
     return time.perf_counter() - started
 
 

@@ -269,15 +269,19 @@ class Revision(AppendOnlyModel):
     # 0031, ``revision_changeset_seq``): its check when a changeset row is deleted
     # (an archive cut) is then a seek on that index, where a key on
     # ``changeset_id`` needed an index of its own (30 bytes a revision).
-    # ``verify_log`` checks that ``changeset_id`` names the seq's changeset.
-    changeset = models.ForeignKey(
+    # ``verify_log`` checks that ``changeset_id`` names the seq's changeset. The
+    # relation joins by seq as well (migration 0038): the changeset table is
+    # partitioned by seq, so a join by seq reads the one partition that holds it,
+    # where a join by id alone would probe every partition.
+    changeset_id = models.UUIDField()
+    seq = models.BigIntegerField()
+    changeset = models.ForeignObject(
         Changeset,
         on_delete=models.DO_NOTHING,
         related_name="revisions",
-        db_index=False,
-        db_constraint=False,
+        from_fields=["seq"],
+        to_fields=["seq"],
     )
-    seq = models.BigIntegerField()
     branch = models.CharField(max_length=63, blank=True, default=BASELINE)
     at = models.DateTimeField()
     namespace = models.CharField(max_length=200)

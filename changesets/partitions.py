@@ -1,10 +1,11 @@
-"""The revision table's range partitions by ``seq``: what exists, and upkeep ahead of the head.
+"""The log's range partitions by ``seq``: what exists, and upkeep ahead of the head.
 
-``changesets_revision`` is range-partitioned by ``seq`` (migration 0025), with
-no DEFAULT partition, so an archive cut can detach and drop whole partitions
+``changesets_revision`` (migration 0025) and ``changesets_changeset`` (migration
+0038) are range-partitioned by ``seq`` on the same bounds, with no DEFAULT
+partition, so an archive cut can detach and drop whole partitions of both
 (``changesets.archive.hot``). Without a DEFAULT partition a revision whose seq
 no partition covers cannot be written, so upkeep keeps partitions ahead of the
-log head. Why it is shaped this way:
+log head, in both tables. Why it is shaped this way:
 
 1. No DEFAULT partition: with one, PostgreSQL refuses ``DETACH … CONCURRENTLY``
    and every new partition must scan the DEFAULT one under an ACCESS EXCLUSIVE
@@ -22,11 +23,11 @@ log head. Why it is shaped this way:
 2. Writers are not blocked: a partition is made as a plain table (``LIKE`` the
    parent, which locks nothing writers need) and then attached, which takes
    SHARE UPDATE EXCLUSIVE on the parent (writers' ROW EXCLUSIVE does not
-   conflict) and, for the cloned foreign key, SHARE ROW EXCLUSIVE on
-   ``changesets_changeset`` (which does). Each attach runs with
-   ``lock_timeout`` (``LOCK_TIMEOUT_MS``) and is retried, so a writer queued
-   behind it waits at most that long. A cut's detach is ``CONCURRENTLY``
-   (:func:`detach`), which no writer waits on.
+   conflict). A revision partition's foreign key points at the changeset
+   partition of its range, new and unused too (:func:`_revision_keys`). Each
+   attach runs with ``lock_timeout`` (``LOCK_TIMEOUT_MS``) and is retried, so
+   a writer queued behind it would wait at most that long. A cut's detach is
+   ``CONCURRENTLY`` (:func:`detach`), which no writer waits on.
 3. Bounds come from the catalog, never from the setting: a partition's range
    is ``[lower, upper)``, new ones start at the last one's upper bound (or fill
    a gap), so changing the width later only changes the partitions made next.
@@ -46,7 +47,11 @@ from django.db.utils import IntegrityError, OperationalError, ProgrammingError
 from atlas import conf
 
 PARENT = "changesets_revision"
-PREFIX = "changesets_revision_p"
+CHANGESETS = "changesets_changeset"
+# The tables partitioned by seq, with the same bounds (migration 0038 lays the
+# changeset table out on the revision table's): referenced first, so upkeep makes
+# a changeset partition before the revision partition whose rows point into it.
+PARENTS = (CHANGESETS, PARENT)
 # How long an attach or detach may make a writer wait, and for how long it tries again
 # (each try under the timeout; pauses grow to a second, with jitter, so a try lands
 # in a gap between writers' transactions).
@@ -84,26 +89,31 @@ class Partition:
         return self.upper - 1
 
 
-def partition_name(lower: int) -> str:
-    return f"{PREFIX}{lower:012d}"
+def partition_name(lower: int, parent: str = PARENT) -> str:
+    return f"{parent}_p{lower:012d}"
 
 
-def is_partitioned(cursor: Any | None = None) -> bool:
-    """Whether the revision table is partitioned (it is from migration 0025 on)."""
+def is_partitioned(cursor: Any | None = None, parent: str = PARENT) -> bool:
+    """Whether ``parent`` is partitioned (revisions from migration 0025 on, changesets 0038)."""
     return _fetch(
         cursor,
         "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s)",
-        [PARENT],
+        [parent],
     ) == [(True,)]
 
 
-def partitions(cursor: Any | None = None) -> list[Partition]:
-    """The attached partitions, in seq order (empty when the table is not partitioned)."""
+def partitioned_parents(cursor: Any | None = None) -> list[str]:
+    """Those of :data:`PARENTS` that are partitioned, referenced first."""
+    return [parent for parent in PARENTS if is_partitioned(cursor, parent)]
+
+
+def partitions(cursor: Any | None = None, parent: str = PARENT) -> list[Partition]:
+    """``parent``'s attached partitions, in seq order (empty when it is not partitioned)."""
     rows = _fetch(
         cursor,
         "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
         " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)",
-        [PARENT],
+        [parent],
     )
     found = []
     for name, bound in rows:
@@ -153,18 +163,18 @@ def missing(
 
 
 def ensure_covering(lo: int, hi: int, *, lock_timeout: bool = True) -> list[Partition]:
-    """Make the partitions seqs ``lo..hi-1`` still lack; the partitions made.
+    """Make the partitions seqs ``lo..hi-1`` still lack, in each partitioned parent; those made.
 
     ``lock_timeout=False`` only inside a migration (nothing else runs then, and
-    the whole migration is one transaction).
+    the whole migration is one transaction). Both parents start from the same
+    bounds and :func:`missing` is a function of them, so they stay alike.
     """
-    if not is_partitioned():
-        return []
     made = []
     for _ in range(10):  # another process making the same partitions: look again
         try:
-            for lower, upper in missing(max(lo, 0), hi, partitions()):
-                made.append(_attach(lower, upper, lock_timeout=lock_timeout))
+            for parent in partitioned_parents():
+                for lower, upper in missing(max(lo, 0), hi, partitions(parent=parent)):
+                    made.append(_attach(parent, lower, upper, lock_timeout=lock_timeout))
             break
         except (ProgrammingError, OperationalError, IntegrityError) as exc:
             if getattr(exc.__cause__, "sqlstate", None) not in _RACED:
@@ -180,20 +190,93 @@ def ensure_ahead(*, lock_timeout: bool = True) -> list[Partition]:
     return ensure_covering(head + 1, head + 1 + ahead() * width(), lock_timeout=lock_timeout)
 
 
-def _attach(lower: int, upper: int, *, lock_timeout: bool) -> Partition:
-    name = partition_name(lower)
+def _attach(parent: str, lower: int, upper: int, *, lock_timeout: bool) -> Partition:
+    name = partition_name(lower, parent)
     statements = [
-        f"CREATE TABLE {name} (LIKE {PARENT} INCLUDING DEFAULTS"
-        " INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)",
+        # Statistics too: the planner estimates each partition's scan from the
+        # partition's own (the changeset table's namespace statistics, migration 0037).
+        f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
+        " INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING STATISTICS)",
         # The bound as a constraint, so the attach has nothing to scan (and it is dropped
         # afterwards: the partition bound says the same). A plain CREATE: a table of that
         # name left detached by a crashed cut must never be attached again.
         f"ALTER TABLE {name} ADD CONSTRAINT {name}_range CHECK (seq >= {lower} AND seq < {upper})",
-        f"ALTER TABLE {PARENT} ATTACH PARTITION {name} FOR VALUES FROM ({lower}) TO ({upper})",
+        f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES FROM ({lower}) TO ({upper})",
         f"ALTER TABLE {name} DROP CONSTRAINT {name}_range",
     ]
+    if parent == PARENT:
+        statements += _revision_keys([Partition(name, lower, upper)])
     run_with_lock_timeout(statements, enabled=lock_timeout)
     return Partition(name, lower, upper)
+
+
+# A revision partition's foreign key to the changeset partition that holds its seqs.
+REVISION_KEY = "revision_changeset_seq"
+
+
+def _revision_keys(parts: list[Partition], cursor: Any | None = None) -> list[str]:
+    """``ADD CONSTRAINT`` statements: each of ``parts`` (revision partitions) keyed by
+    ``seq`` to the changeset partition that holds its range (none: not partitioned).
+
+    Why a key per partition and none on the parent (migration 0038): a key on the
+    parent pointing at the partitioned changeset table makes detaching a changeset
+    partition check it under a SHARE lock on the revision table, which every writer
+    waits on (and, taken while writers hold theirs, deadlocks with them). Keyed
+    partition to partition, a cut drops the revision partition (and its key) first,
+    and the changeset partition is then referenced by nothing. New revision
+    partitions are empty, so the key's validation reads nothing.
+    """
+    if not is_partitioned(cursor, CHANGESETS):
+        return []
+    holders = partitions(cursor, parent=CHANGESETS)
+    out = []
+    for part in parts:
+        holder = next((h for h in holders if h.lower <= part.lower and part.upper <= h.upper), None)
+        if holder is None:
+            raise RuntimeError(f"no changeset partition holds seqs [{part.lower}, {part.upper})")
+        out.append(
+            f"ALTER TABLE {part.name} ADD CONSTRAINT {REVISION_KEY} FOREIGN KEY (seq)"
+            f" REFERENCES {holder.name} (seq) DEFERRABLE INITIALLY DEFERRED"
+        )
+    return out
+
+
+def key_revisions(cursor: Any) -> int:
+    """Give every revision partition without one its key to its changeset partition
+    (migration 0038, and a revision table moved onto partitions after it); keys made."""
+    cursor.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " WHERE i.inhparent = to_regclass(%s) AND NOT EXISTS (SELECT 1 FROM pg_constraint k"
+        " WHERE k.conrelid = c.oid AND k.conname = %s)",
+        [PARENT, REVISION_KEY],
+    )
+    bare = {row[0] for row in cursor.fetchall()}
+    statements = _revision_keys([p for p in partitions(cursor) if p.name in bare], cursor)
+    for statement in statements:
+        cursor.execute(statement)
+    return len(statements)
+
+
+def lay_out(bounds: list[tuple[int, int]], parents: tuple[str, ...] = PARENTS) -> None:
+    """Put each (empty) table of ``parents`` on partitions of ``bounds`` instead of its own.
+
+    For tests and benchmarks that need a log on chosen bounds. Revisions go
+    first, and a changeset partition is detached before it is dropped
+    (PostgreSQL will not drop a partition a foreign key points into).
+    """
+    with connection.cursor() as cursor:
+        for part in partitions(cursor):  # keyed again below, to the new partitions
+            cursor.execute(f"ALTER TABLE {part.name} DROP CONSTRAINT IF EXISTS {REVISION_KEY}")
+        for parent in sorted(parents, key=PARENTS.index, reverse=True):
+            for part in partitions(cursor, parent=parent):
+                cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {part.name}")
+                cursor.execute(f"DROP TABLE {part.name}")
+    for parent in sorted(parents, key=PARENTS.index):
+        for lower, upper in bounds:  # as upkeep makes them (statistics included)
+            _attach(parent, lower, upper, lock_timeout=False)
+    with connection.cursor() as cursor:
+        key_revisions(cursor)
+    forget()
 
 
 def run_with_lock_timeout(statements: list[str], *, enabled: bool = True) -> int:
@@ -238,7 +321,7 @@ def pending(name: str) -> bool:
     return rows == [(True,)]
 
 
-def detach(name: str) -> None:
+def detach(name: str, parent: str = PARENT) -> None:
     """Detach partition ``name`` without making writers wait on the parent.
 
     ``DETACH PARTITION … CONCURRENTLY`` (allowed because there is no DEFAULT
@@ -250,7 +333,7 @@ def detach(name: str) -> None:
     migration) the plain ``DETACH`` under ``lock_timeout`` is used instead.
     """
     if connection.in_atomic_block:
-        run_with_lock_timeout([f"ALTER TABLE {PARENT} DETACH PARTITION {name}"])
+        run_with_lock_timeout([f"ALTER TABLE {parent} DETACH PARTITION {name}"])
         return
     deadline = time.monotonic() + RETRY_SECONDS
     attempt = 0
@@ -261,7 +344,7 @@ def detach(name: str) -> None:
             with connection.cursor() as cursor:
                 cursor.execute(f"SET lock_timeout = '{CONCURRENT_LOCK_TIMEOUT_MS}ms'")
                 try:
-                    cursor.execute(f"ALTER TABLE {PARENT} DETACH PARTITION {name} {how}")
+                    cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {name} {how}")
                 finally:
                     cursor.execute("RESET lock_timeout")
             return
@@ -298,24 +381,28 @@ def check_headroom(*, seq: int | None = None, now: float | None = None) -> list[
     _checked_at = now
     head = log_head() if seq is None else seq
     if _covered_upper is None:
-        parts = partitions()
-        _covered_upper = parts[-1].upper if parts else None
+        _covered_upper = _upper()
         if _covered_upper is None:
             return []  # not partitioned
     if head + width() < _covered_upper:
         return []
     made = ensure_ahead()
-    parts = partitions()
-    _covered_upper, _checked_at = (parts[-1].upper if parts else None), now
+    _covered_upper, _checked_at = _upper(), now
     return made
+
+
+def _upper() -> int | None:
+    """The first seq some partitioned parent has no partition for (None: none is partitioned)."""
+    uppers = [parts[-1].upper for p in partitioned_parents() if (parts := partitions(parent=p))]
+    return min(uppers) if uppers else None
 
 
 def headroom() -> int | None:
     """Seqs left before a write would find no partition (None: not partitioned)."""
-    parts = partitions()
-    if not parts:
+    upper = _upper()
+    if upper is None:
         return None
-    return parts[-1].upper - 1 - log_head()
+    return upper - 1 - log_head()
 
 
 def _fetch(cursor: Any | None, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:

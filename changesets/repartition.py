@@ -1,4 +1,4 @@
-"""Move the revision table onto range partitions by ``seq``, and back (migration 0025).
+"""Move a log table onto range partitions by ``seq``, and back (migrations 0025 and 0038).
 
 Run inside the migration's transaction, as the table owner, with nothing else
 writing. Why it is shaped this way:
@@ -21,6 +21,13 @@ writing. Why it is shaped this way:
    constraint means the same). The reverse takes ``seq`` out again.
 4. The identity sequence goes on where it was (its last value is carried over),
    so ids stay unique across the move.
+5. The changeset table (migration 0038) goes the same way, on the revision
+   table's bounds. Any foreign key of another table's parent that points at
+   it is dropped before the move and added again after it (0038 drops the
+   revision table's first: revision partitions are keyed one by one,
+   ``partitions.key_revisions``), and its extended statistics are made again
+   on the parent and on each partition (the planner estimates a partition's
+   scan from the partition's own).
 """
 
 from __future__ import annotations
@@ -34,7 +41,6 @@ from tqdm import tqdm
 from changesets import partitions
 
 TABLE = partitions.PARENT
-OLD = "changesets_revision_moving"
 # Seqs per INSERT … SELECT (one progress step).
 CHUNK_SEQS = 20_000
 
@@ -48,31 +54,49 @@ class Shape:
     triggers: list[str] = field(default_factory=list)
     sequence: str | None = None
     last_value: tuple[int, bool] | None = None
+    statistics: list[str] = field(default_factory=list)
+    # Foreign keys of other tables that point at this one: table, name, def.
+    referencing: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-def _shape(cursor: Any) -> Shape:
+def _shape(cursor: Any, table: str) -> Shape:
     shape = Shape()
     cursor.execute(
         "SELECT conname, contype, pg_get_constraintdef(oid) FROM pg_constraint"
-        " WHERE conrelid = %s::regclass AND contype IN ('p', 'u', 'f') ORDER BY contype, conname",
-        [TABLE],
+        # (conparentid: not the clones a key to a partitioned table has per partition)
+        " WHERE conrelid = %s::regclass AND contype IN ('p', 'u', 'f') AND conparentid = 0"
+        " ORDER BY contype, conname",
+        [table],
     )
     shape.constraints = list(cursor.fetchall())
     cursor.execute(
         "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i WHERE i.indrelid = %s::regclass"
         " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid"
         " AND c.conrelid = i.indrelid) ORDER BY i.indexrelid",
-        [TABLE],
+        [table],
     )
     # (a partitioned table's definitions say ON ONLY, which a plain one does not need)
     shape.indexes = [row[0].replace(" ON ONLY ", " ON ", 1) for row in cursor.fetchall()]
     cursor.execute(
         "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass"
         " AND NOT tgisinternal AND tgparentid = 0 ORDER BY tgname",
-        [TABLE],
+        [table],
     )
     shape.triggers = [row[0] for row in cursor.fetchall()]
-    cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [TABLE])
+    cursor.execute(
+        "SELECT pg_get_statisticsobjdef(oid) FROM pg_statistic_ext WHERE stxrelid = %s::regclass"
+        " ORDER BY stxname",
+        [table],
+    )
+    shape.statistics = [row[0] for row in cursor.fetchall()]
+    cursor.execute(
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE confrelid = %s::regclass AND contype = 'f' AND conparentid = 0"
+        " AND conrelid <> confrelid ORDER BY 1, 2",
+        [table],
+    )
+    shape.referencing = list(cursor.fetchall())
+    cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
     shape.sequence = cursor.fetchone()[0]
     if shape.sequence:
         cursor.execute(f"SELECT last_value, is_called FROM {shape.sequence}")
@@ -98,49 +122,59 @@ def _key_columns(definition: str, *, partitioned: bool) -> str:
     return f"{kind} ({', '.join(names)}){rest}"
 
 
-def _rename_away(cursor: Any, shape: Shape) -> None:
-    cursor.execute(f"ALTER TABLE {TABLE} RENAME TO {OLD}")
+def _rename_away(cursor: Any, table: str, shape: Shape) -> str:
+    old = f"{table}_moving"
+    cursor.execute(f"ALTER TABLE {table} RENAME TO {old}")
     if shape.sequence:
-        cursor.execute(f"ALTER SEQUENCE {shape.sequence} RENAME TO {OLD}_id_seq")
+        cursor.execute(f"ALTER SEQUENCE {shape.sequence} RENAME TO {old}_id_seq")
+    return old
 
 
-def _create(cursor: Any, *, partitioned: bool) -> None:
+def _create(cursor: Any, table: str, old: str, *, partitioned: bool) -> None:
     like = (
-        f"LIKE {OLD} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY"
+        f"LIKE {old} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY"
         " INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING GENERATED"
     )
     tail = " PARTITION BY RANGE (seq)" if partitioned else ""
-    cursor.execute(f"CREATE TABLE {TABLE} ({like}){tail}")
+    cursor.execute(f"CREATE TABLE {table} ({like}){tail}")
 
 
-def _columns(cursor: Any) -> str:
+def _columns(cursor: Any, table: str) -> str:
     cursor.execute(
         "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute"
         " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
-        [TABLE],
+        [table],
     )
     return str(cursor.fetchone()[0])
 
 
-def _make_partitions(cursor: Any, *, top: int, width: int, ahead: int) -> None:
-    for lower, upper in partitions.missing(0, top + 1 + ahead * width, [], step=width):
+def _bounds(cursor: Any, table: str, *, top: int, width: int, ahead: int) -> list[tuple[int, int]]:
+    """The ranges ``table`` is laid out on: a second table takes the revision table's."""
+    alike = [] if table == partitions.PARENT else partitions.partitions(cursor)
+    made = partitions.missing(0, top + 1 + ahead * width, alike, step=width)
+    return sorted([(p.lower, p.upper) for p in alike] + made)
+
+
+def _make_partitions(cursor: Any, table: str, *, top: int, width: int, ahead: int) -> None:
+    for lower, upper in _bounds(cursor, table, top=top, width=width, ahead=ahead):
         cursor.execute(
-            f"CREATE TABLE {partitions.partition_name(lower)} PARTITION OF {TABLE}"
+            f"CREATE TABLE {partitions.partition_name(lower, table)} PARTITION OF {table}"
             f" FOR VALUES FROM ({lower}) TO ({upper})"
         )
 
 
-def _copy(cursor: Any, *, progress: bool) -> int:
-    cursor.execute(f"SELECT min(seq), max(seq), count(*) FROM {OLD}")
+def _copy(cursor: Any, table: str, old: str, *, progress: bool) -> int:
+    cursor.execute(f"SELECT min(seq), max(seq), count(*) FROM {old}")
     low, high, total = cursor.fetchone()
     if not total:
         return 0
-    columns = _columns(cursor)
-    bar = tqdm(total=total, unit="revision", desc="partition revisions", disable=not progress)
+    columns = _columns(cursor, table)
+    unit = table.rsplit("_", 1)[-1]
+    bar = tqdm(total=total, unit=unit, desc=f"partition {unit}s", disable=not progress)
     moved = 0
     for start in range(int(low), int(high) + 1, CHUNK_SEQS):
         cursor.execute(
-            f"INSERT INTO {TABLE} ({columns}) SELECT {columns} FROM {OLD}"
+            f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {old}"
             " WHERE seq >= %s AND seq < %s",
             [start, start + CHUNK_SEQS],
         )
@@ -150,47 +184,112 @@ def _copy(cursor: Any, *, progress: bool) -> int:
     return moved
 
 
-def _restore_shape(cursor: Any, shape: Shape, *, partitioned: bool) -> None:
+def _for_partition(statistics: str, partition: str) -> str:
+    """A ``CREATE STATISTICS`` definition made for ``partition``, under a name of its own."""
+    match = re.match(r"^CREATE STATISTICS (?:\S+\.)?(\S+) (.*) FROM \S+$", statistics)
+    assert match is not None, statistics
+    name, body = match.groups()
+    own = f"{partition}_{name}"[:63]  # (PostgreSQL's longest name)
+    return f"CREATE STATISTICS {own} {body} FROM {partition}"
+
+
+def _restore_shape(cursor: Any, table: str, shape: Shape, *, partitioned: bool) -> None:
     for name, kind, definition in shape.constraints:
         if kind in ("p", "u"):
             definition = _key_columns(definition, partitioned=partitioned)
-        cursor.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {name} {definition}")
-    for statement in [*shape.indexes, *shape.triggers]:
+        cursor.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
+    for statement in [*shape.indexes, *shape.triggers, *shape.statistics]:
         cursor.execute(statement)
+    for part in partitions.partitions(cursor, parent=table) if partitioned else []:
+        for statement in shape.statistics:
+            cursor.execute(_for_partition(statement, part.name))
+    for referencing, name, definition in shape.referencing:
+        cursor.execute(f"ALTER TABLE {referencing} ADD CONSTRAINT {name} {definition}")
+    if table == partitions.PARENT and partitioned:
+        partitions.key_revisions(cursor)  # (after migration 0038: a key per partition)
     if shape.last_value is not None:
         cursor.execute(
             "SELECT setval(pg_get_serial_sequence(%s, 'id'), %s, %s)",
-            [TABLE, shape.last_value[0], shape.last_value[1]],
+            [table, shape.last_value[0], shape.last_value[1]],
         )
-    cursor.execute(f"ANALYZE {TABLE}")
+    cursor.execute(f"ANALYZE {table}")
 
 
-def _move(cursor: Any, *, partitioned: bool, progress: bool, width: int, ahead: int) -> int:
-    shape = _shape(cursor)
+def _move(
+    cursor: Any, table: str, *, partitioned: bool, progress: bool, width: int, ahead: int
+) -> int:
+    shape = _shape(cursor, table)
     cursor.execute("SELECT coalesce(max(seq), 0) FROM changesets_loghead")
     head = int(cursor.fetchone()[0])
-    cursor.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
-    cursor.execute(f"SELECT coalesce(max(seq), 0) FROM {TABLE}")
+    cursor.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+    cursor.execute(f"SELECT coalesce(max(seq), 0) FROM {table}")
     top = max(head, int(cursor.fetchone()[0]))
-    _rename_away(cursor, shape)
-    _create(cursor, partitioned=partitioned)
+    for referencing, name, _ in shape.referencing:
+        cursor.execute(f"ALTER TABLE {referencing} DROP CONSTRAINT {name}")
+    old = _rename_away(cursor, table, shape)
+    _create(cursor, table, old, partitioned=partitioned)
     if partitioned:
-        _make_partitions(cursor, top=top, width=width, ahead=ahead)
-    moved = _copy(cursor, progress=progress)
-    cursor.execute(f"DROP TABLE {OLD}")
-    _restore_shape(cursor, shape, partitioned=partitioned)
+        _make_partitions(cursor, table, top=top, width=width, ahead=ahead)
+    moved = _copy(cursor, table, old, progress=progress)
+    cursor.execute(f"DROP TABLE {old}")
+    _restore_shape(cursor, table, shape, partitioned=partitioned)
     return moved
 
 
-def to_partitioned(cursor: Any, *, progress: bool, width: int, ahead: int) -> int | None:
-    """Move a plain revision table onto partitions; rows moved (None: partitioned already)."""
-    if partitions.is_partitioned(cursor):
+def to_partitioned(
+    cursor: Any, *, progress: bool, width: int, ahead: int, table: str = TABLE
+) -> int | None:
+    """Move a plain ``table`` onto partitions; rows moved (None: partitioned already)."""
+    if partitions.is_partitioned(cursor, table):
         return None
-    return _move(cursor, partitioned=True, progress=progress, width=width, ahead=ahead)
+    return _move(cursor, table, partitioned=True, progress=progress, width=width, ahead=ahead)
 
 
-def to_plain(cursor: Any, *, progress: bool) -> int | None:
+def to_plain(cursor: Any, *, progress: bool, table: str = TABLE) -> int | None:
     """The reverse: one plain table again (None: it is one already)."""
-    if not partitions.is_partitioned(cursor):
+    if not partitions.is_partitioned(cursor, table):
         return None
-    return _move(cursor, partitioned=False, progress=progress, width=1, ahead=1)
+    return _move(cursor, table, partitioned=False, progress=progress, width=1, ahead=1)
+
+
+# The key the revision table's parent has while the changeset table is plain, and
+# each revision partition has once it is partitioned (``partitions.REVISION_KEY``).
+_PARENT_KEY = (
+    f"ALTER TABLE {TABLE} ADD CONSTRAINT {partitions.REVISION_KEY} FOREIGN KEY (seq)"
+    f" REFERENCES {partitions.CHANGESETS} (seq) DEFERRABLE INITIALLY DEFERRED"
+)
+
+
+def changesets_to_partitioned(cursor: Any, *, progress: bool, width: int, ahead: int) -> int | None:
+    """Move the changeset table onto partitions (migration 0038); rows moved.
+
+    The revision table's key moves from its parent to each of its partitions
+    (``partitions._revision_keys`` says why).
+    """
+    if partitions.is_partitioned(cursor, partitions.CHANGESETS):
+        return None
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    cursor.execute(f"ALTER TABLE {TABLE} DROP CONSTRAINT IF EXISTS {partitions.REVISION_KEY}")
+    moved = to_partitioned(
+        cursor, progress=progress, width=width, ahead=ahead, table=partitions.CHANGESETS
+    )
+    partitions.key_revisions(cursor)
+    return moved
+
+
+def changesets_to_plain(cursor: Any, *, progress: bool) -> int | None:
+    """The reverse: one plain changeset table, the revision table's key on its parent."""
+    if not partitions.is_partitioned(cursor, partitions.CHANGESETS):
+        return None
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    cursor.execute(
+        "SELECT conrelid::regclass::text FROM pg_constraint WHERE conname = %s"
+        " AND conparentid = 0 AND conrelid IN (SELECT inhrelid FROM pg_inherits"
+        " WHERE inhparent = %s::regclass)",
+        [partitions.REVISION_KEY, TABLE],
+    )
+    for (table,) in cursor.fetchall():  # each partition's own key
+        cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT {partitions.REVISION_KEY}")
+    moved = to_plain(cursor, progress=progress, table=partitions.CHANGESETS)
+    cursor.execute(_PARENT_KEY)
+    return moved

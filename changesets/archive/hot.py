@@ -1,10 +1,11 @@
 """The one code path that removes rows from the hot log: an archive cut's removal.
 
-Revisions are range-partitioned by seq (``changesets.partitions``), and the
-planner ends a cut where a partition ends, so the revisions go a partition at
-a time: detached, then dropped. Changesets and journal entries are not
-partitioned (branches, subscriptions and others hold foreign keys to
-changesets), so they keep the batched DELETE. Why it is shaped this way:
+Revisions and changesets are range-partitioned by seq on the same bounds
+(``changesets.partitions``), and the planner ends a cut where a partition
+ends, so both go a partition at a time: detached, then dropped, revisions
+first (their foreign key points at the changesets). Journal entries are a
+queue (publishing deletes them), so what is left of them goes by DELETE. Why
+it is shaped this way:
 
 1. Whole partitions, no DELETE: a detach and a drop cost the same whatever
    the partition holds, leave no dead tuples behind and no index to vacuum.
@@ -13,9 +14,10 @@ changesets), so they keep the batched DELETE. Why it is shaped this way:
    is finished by the next run); the drop is a short transaction under
    ``lock_timeout`` and retried (``partitions.run_with_lock_timeout``), so a
    writer queued behind it waits at most 50 ms. The detached table is renamed
-   ``changesets_revision_x<lower>``, so a crash between the detach and the
-   drop leaves a table the next run finds and drops (one left before its
-   rename is found too), and no upkeep ever attaches it again.
+   ``changesets_revision_x<lower>`` (``changesets_changeset_x<lower>``), so a
+   crash between the detach and the drop leaves a table the next run finds and
+   drops (one left before its rename is found too), and no upkeep ever
+   attaches it again.
 2. Never a partition whose segments were not verified: before a partition is
    detached (or a detached one dropped) a signed, switched cut must cover its
    last seq, and every segment of that cut must be verified
@@ -23,9 +25,10 @@ changesets), so they keep the batched DELETE. Why it is shaped this way:
    DROP, so this check is the guard for it.
 3. Bounded batches for the rest: each batch is its own short transaction of
    about ``ATLAS_ARCHIVE_DELETE_BATCH`` revisions (whole changesets), oldest
-   first; it also deletes any revision row a partition straddling the cut
-   still holds (a cut made before the table was partitioned), so a crash loses
-   at most one batch's work.
+   first, for rows a partition straddling the cut still holds (a cut made
+   before the tables were partitioned), so a crash loses at most one batch's
+   work. PostgreSQL itself refuses to detach a changeset partition that a
+   revision or journal entry still points into.
 4. The guard: the log's delete triggers (migration 0024) refuse every DELETE
    unless the transaction set ``atlas.archiving`` (``SET LOCAL``) and a signed,
    switched cut covers the row. This is the only place that sets it.
@@ -43,18 +46,21 @@ from atlas import conf
 from changesets import partitions
 from changesets.archive.models import ArchiveCut, CutState, SegmentState
 
-DETACHED = "changesets_revision_x"
+# A detached partition's new name: the parent's name, "_x", its lower bound.
+DETACHED = "_x"
 
 # How many changesets a batch looks at to decide where it ends.
 _PEEK = 1000
 
 
-def _batch_end(through: int, budget: int) -> tuple[int, int] | None:
-    """(first, last) seq of the next batch: whole changesets, about ``budget`` revisions."""
+def _batch_end(after: int, through: int, budget: int) -> tuple[int, int] | None:
+    """(first, last) seq of the next batch after ``after``: whole changesets, about
+    ``budget`` revisions."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT seq, op_count FROM changesets_changeset WHERE seq <= %s ORDER BY seq LIMIT %s",
-            [through, _PEEK],
+            "SELECT seq, op_count FROM changesets_changeset WHERE seq > %s AND seq <= %s"
+            " ORDER BY seq LIMIT %s",
+            [after, through, _PEEK],
         )
         rows = cursor.fetchall()
     if not rows:
@@ -93,7 +99,7 @@ def _detached() -> list[tuple[str, int]]:
         cursor.execute(
             # Renamed ones, and one a crash left detached before its rename.
             "SELECT relname FROM pg_class WHERE relkind = 'r' AND NOT relispartition"
-            " AND relname ~ '^changesets_revision_[px][0-9]{12}$'"
+            " AND relname ~ '^changesets_(revision|changeset)_[px][0-9]{12}$'"
             " AND relnamespace = current_schema()::regnamespace ORDER BY relname",
         )
         names = [row[0] for row in cursor.fetchall()]
@@ -121,31 +127,91 @@ def _drop_detached(name: str, last_seq: int, on_step: Callable[[str], None] | No
         on_step("partition-dropped")
 
 
-def drop_partitions_through(seq: int, *, on_step: Callable[[str], None] | None = None) -> int:
-    """Detach and drop every revision partition wholly at or below ``seq``; revisions dropped.
+def _drop(parent: str, part: partitions.Partition, on_step: Callable[[str], None] | None) -> int:
+    """Detach partition ``part`` of ``parent``, rename it away, drop it; rows it held."""
+    held = _highest(part.name)
+    if held >= 0 and not covered(held):
+        raise NotCovered(f"{part.name} holds seq {held}: no verified cut covers it")
+    rows = _count(part.name)
+    away = f"{parent}{DETACHED}{part.lower:012d}"
+    partitions.detach(part.name, parent)
+    partitions.run_with_lock_timeout([f"ALTER TABLE {part.name} RENAME TO {away}"])
+    partitions.forget()
+    if on_step is not None:
+        on_step("partition-detached")
+    _drop_detached(away, held, on_step)
+    return rows
 
-    ``on_step(point)`` runs after each detach (``partition-detached``) and drop
-    (``partition-dropped``), outside any transaction (the archiver's pause points).
+
+def drop_partitions_through(seq: int, *, on_step: Callable[[str], None] | None = None) -> int:
+    """Detach and drop every revision partition wholly at or below ``seq``, then every
+    changeset partition; revisions dropped.
+
+    A changeset partition goes once nothing points into it: its journal entries
+    and any revision a partition straddling the cut still holds are deleted first
+    (the foreign keys would refuse the detach otherwise; on aligned bounds there
+    are none). ``on_step(point)`` runs after each detach (``partition-detached``)
+    and drop (``partition-dropped``), outside any transaction (the archiver's
+    pause points).
     """
     rows = 0
     for name, last_seq in _detached():  # what a crash between detach and drop left
-        rows += _count(name)
+        if name.startswith(partitions.PARENT):
+            rows += _count(name)
         _drop_detached(name, last_seq, on_step)
     for part in partitions.partitions():
         if part.last_seq > seq:
             break
-        held = _highest(part.name)
-        if held >= 0 and not covered(held):
-            raise NotCovered(f"{part.name} holds seq {held}: no verified cut covers it")
-        rows += _count(part.name)
-        away = f"{DETACHED}{part.lower:012d}"
-        partitions.detach(part.name)
-        partitions.run_with_lock_timeout([f"ALTER TABLE {part.name} RENAME TO {away}"])
-        partitions.forget()
-        if on_step is not None:
-            on_step("partition-detached")
-        _drop_detached(away, held, on_step)
+        rows += _drop(partitions.PARENT, part, on_step)
+    for part in partitions.partitions(parent=partitions.CHANGESETS):
+        if part.last_seq > seq:
+            break
+        rows += _delete_batches(part.lower - 1, part.last_seq, changesets=False)
+        _drop(partitions.CHANGESETS, part, on_step)
     return rows
+
+
+def _delete_batches(
+    after: int,
+    through: int,
+    *,
+    changesets: bool = True,
+    budget: int | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> int:
+    """Delete the rows of seqs ``after+1..through`` in short guarded transactions; revisions
+    deleted. Without ``changesets`` only what points at them (journal entries, revisions)."""
+    budget = int(budget or conf.get("ATLAS_ARCHIVE_DELETE_BATCH"))
+    removed = 0
+    while True:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL atlas.archiving = 'on'")
+            bounds = _batch_end(after, through, budget)
+            if bounds is None:
+                return removed
+            first, last = bounds
+            with connection.cursor() as cursor:
+                # Usually nothing: publishing deletes an entry, and the plan keeps the
+                # cut below every outstanding one. What is left is rows an older
+                # release marked published, which the changesets' foreign key needs gone.
+                cursor.execute(
+                    "DELETE FROM changesets_journalentry WHERE seq BETWEEN %s AND %s",
+                    [first, last],
+                )
+                cursor.execute(
+                    "DELETE FROM changesets_revision WHERE seq BETWEEN %s AND %s", [first, last]
+                )
+                revisions = cursor.rowcount
+                if changesets:
+                    cursor.execute(
+                        "DELETE FROM changesets_changeset WHERE seq BETWEEN %s AND %s",
+                        [first, last],
+                    )
+            removed += revisions
+            after = last
+            if on_batch is not None:
+                on_batch(last, revisions)
 
 
 def remove_through(
@@ -157,38 +223,11 @@ def remove_through(
 ) -> int:
     """Remove every changeset, revision and journal entry with seq <= ``seq``; revisions removed.
 
-    Revision partitions wholly at or below ``seq`` are dropped first
-    (:func:`drop_partitions_through`); then batches delete the changesets, their
-    journal entries and whatever revision rows are left. ``on_batch(last_seq,
-    revisions)`` runs inside each batch's transaction (the archiver records its
-    progress there, so progress and removal commit together).
+    Partitions wholly at or below ``seq`` are dropped first
+    (:func:`drop_partitions_through`); then batches delete whatever rows are
+    left (a partition straddling the cut, a table not partitioned).
+    ``on_batch(last_seq, revisions)`` runs inside each batch's transaction (the
+    archiver records its progress there, so progress and removal commit together).
     """
     removed = drop_partitions_through(seq, on_step=on_step)
-    budget = int(batch or conf.get("ATLAS_ARCHIVE_DELETE_BATCH"))
-    while True:
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL atlas.archiving = 'on'")
-            bounds = _batch_end(seq, budget)
-            if bounds is None:
-                return removed
-            first, last = bounds
-            with connection.cursor() as cursor:
-                # Usually nothing: publishing deletes an entry, and the plan keeps the
-                # cut below every outstanding one. What is left is rows an older
-                # release marked published, which the changesets' foreign key needs gone.
-                cursor.execute(
-                    "DELETE FROM changesets_journalentry WHERE changeset_id IN"
-                    " (SELECT id FROM changesets_changeset WHERE seq BETWEEN %s AND %s)",
-                    [first, last],
-                )
-                cursor.execute(
-                    "DELETE FROM changesets_revision WHERE seq BETWEEN %s AND %s", [first, last]
-                )
-                revisions = cursor.rowcount
-                cursor.execute(
-                    "DELETE FROM changesets_changeset WHERE seq BETWEEN %s AND %s", [first, last]
-                )
-            removed += revisions
-            if on_batch is not None:
-                on_batch(last, revisions)
+    return removed + _delete_batches(0, seq, budget=batch, on_batch=on_batch)

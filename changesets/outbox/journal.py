@@ -76,10 +76,10 @@ WITH claimed AS (
         WHERE changeset_id = ANY(%(ids)s::uuid[]) AND phase = 'committed'
         FOR UPDATE SKIP LOCKED
     )
-    RETURNING j.changeset_id
+    RETURNING j.changeset_id, j.seq
 ), touched AS (
     SELECT DISTINCT unnest(c.namespaces) AS name
-    FROM claimed m JOIN changesets_changeset c ON c.id = m.changeset_id
+    FROM claimed m JOIN changesets_changeset c ON c.seq = m.seq
 )
 SELECT
     ARRAY(SELECT changeset_id FROM claimed),

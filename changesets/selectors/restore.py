@@ -264,7 +264,7 @@ FROM (
     ORDER BY namespace, kind, slug, seq DESC
     LIMIT %s
 ) d
-JOIN changesets_changeset c ON c.id = d.changeset_id
+JOIN changesets_changeset c ON c.seq = d.seq
 ORDER BY d.namespace, d.kind, d.slug
 """
 # Extra keys per batch, so a few re-created keys rarely cost a second round trip.

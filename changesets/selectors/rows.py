@@ -76,9 +76,9 @@ ROW_COLUMNS = (
     " c.author_name, c.rpc, c.comment,"
     f" {REVISION}.undo_gone"
 )
-# The changeset joined on ``{REVISION}.changeset_id``: after ``FROM {REVISION}``, or
-# after a page of revision rows aliased so.
-JOIN_CHANGESET = f"JOIN changesets_changeset c ON c.id = {REVISION}.changeset_id"
+# The changeset joined on ``{REVISION}.seq`` (the partition key: one partition is
+# read): after ``FROM {REVISION}``, or after a page of revision rows aliased so.
+JOIN_CHANGESET = f"JOIN changesets_changeset c ON c.seq = {REVISION}.seq"
 SELECT_ROWS = f"SELECT {ROW_COLUMNS} FROM {REVISION} {JOIN_CHANGESET}"
 # The same columns for a queryset's ``values_list`` (annotated with ``at_micros``),
 # in the order :func:`row_of` reads them.

@@ -1,4 +1,4 @@
-"""Lay the (empty) revision table out on chosen partitions, and put the standard layout back."""
+"""Lay the (empty) log tables out on chosen partitions, and put the standard layout back."""
 
 from __future__ import annotations
 
@@ -10,17 +10,12 @@ from atlas import conf
 from changesets import partitions
 
 
-def layout(bounds: Iterable[tuple[int, int]]) -> list[partitions.Partition]:
-    """Drop every partition of the (empty) revision table and attach ``bounds`` instead."""
-    with connection.cursor() as cursor:
-        for part in partitions.partitions(cursor):
-            cursor.execute(f"DROP TABLE {part.name}")
-        for lower, upper in bounds:
-            cursor.execute(
-                f"CREATE TABLE {partitions.partition_name(lower)} PARTITION OF"
-                f" {partitions.PARENT} FOR VALUES FROM ({lower}) TO ({upper})"
-            )
-    partitions.forget()
+def layout(
+    bounds: Iterable[tuple[int, int]], parents: Iterable[str] = partitions.PARENTS
+) -> list[partitions.Partition]:
+    """Put the (empty) log tables of ``parents`` on ``bounds``; the revision table's
+    partitions."""
+    partitions.lay_out(list(bounds), tuple(parents))
     return partitions.partitions()
 
 
@@ -39,9 +34,9 @@ def singles(count: int, *, then: int = 1_000_000) -> list[tuple[int, int]]:
 
 
 def standard() -> None:
-    """After a transactional test: empty the table and lay out what migrate makes."""
+    """After a transactional test: empty the log tables and lay out what migrate makes."""
     with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {partitions.PARENT}")
+        cursor.execute(f"TRUNCATE {partitions.PARENT}, {partitions.CHANGESETS} CASCADE")
     width, ahead = (
         conf.DEFAULTS["ATLAS_LOG_PARTITION_SEQS"],
         conf.DEFAULTS["ATLAS_LOG_PARTITIONS_AHEAD"],

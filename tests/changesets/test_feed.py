@@ -75,7 +75,7 @@ def branch_changeset(actor, path: str, content: dict) -> Changeset:
     )
     changeset.save(force_insert=True)
     Revision(
-        changeset=changeset,
+        changeset_id=changeset.id,
         seq=changeset.seq,
         at=changeset.at,
         branch="feature",

@@ -35,8 +35,9 @@ def _shape() -> dict[str, list[str]]:
         )
         indexes = [r[0] for r in cursor.fetchall()]
         cursor.execute(
+            # (not the foreign key's clones, one per partition of the changeset table)
             "SELECT conname FROM pg_constraint WHERE conrelid = 'changesets_revision'::regclass"
-            " ORDER BY 1"
+            " AND conparentid = 0 ORDER BY 1"
         )
         constraints = [r[0] for r in cursor.fetchall()]
         cursor.execute(
@@ -45,6 +46,14 @@ def _shape() -> dict[str, list[str]]:
         )
         triggers = [r[0] for r in cursor.fetchall()]
     return {"indexes": indexes, "constraints": constraints, "triggers": triggers}
+
+
+def _both(lower: int, upper: int) -> list[tuple[str, int, int]]:
+    """The partitions upkeep makes for one range: the changeset table's, then the
+    revision table's (migration 0038)."""
+    return [
+        (partitions.partition_name(lower, parent), lower, upper) for parent in partitions.PARENTS
+    ]
 
 
 def test_ranges_to_make_fill_gaps_and_go_on_from_the_last_partition():
@@ -66,10 +75,10 @@ def test_a_write_at_the_last_partitions_edge_commits_once_upkeep_made_the_next(
     with pytest.raises(DatabaseError, match="no partition"), transaction.atomic():
         write(staff, f"{NS}/order/a", {"n": 3})  # seq 3: nowhere to go (no DEFAULT)
     made = partitions.ensure_ahead()
-    assert [(p.lower, p.upper) for p in made] == [(3, 6)]
+    assert [(p.name, p.lower, p.upper) for p in made] == _both(3, 6)
     assert write(staff, f"{NS}/order/a", {"n": 3}).changeset.seq == 3
     # Head 3: upkeep covers seqs 4-6, so [6, 9) comes next; then nothing until the head moves.
-    assert [(p.lower, p.upper) for p in partitions.ensure_ahead()] == [(6, 9)]
+    assert [(p.name, p.lower, p.upper) for p in partitions.ensure_ahead()] == _both(6, 9)
     assert partitions.ensure_ahead() == []
     assert partitions.headroom() == 5
 
@@ -97,6 +106,61 @@ def test_the_relays_cheap_check_makes_the_next_partition(staff, namespace, write
     with CaptureQueriesContext(connection) as queries:
         partitions.check_headroom(seq=8, now=base + 8000.5)
     assert not queries.captured_queries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attach_waits_for_no_writer_in_flight(make_user, namespace, settings):
+    """Both tables' partitions attach while a write holds its transaction open
+    (migration 0038): the attach locks the parents in SHARE UPDATE EXCLUSIVE only,
+    and a revision partition's key points at the new changeset partition. (With
+    the key on the revision table's parent, attaching a revision partition took
+    SHARE ROW EXCLUSIVE on the changeset table and waited for the write to end.)"""
+    from changesets.models import Rpc
+    from changesets.ops import PutOp
+    from changesets.services.apply import changeset_apply
+    from entities.store import EntityKey, baseline
+
+    settings.ATLAS_LOG_PARTITION_SEQS = 10
+    root = make_user("root", superuser=True)
+    layout([(0, 10)])
+    holding, release, errors = threading.Event(), threading.Event(), []
+
+    def writer() -> None:
+        try:
+            with transaction.atomic():
+                op = PutOp(EntityKey(NS, "w", "held"), {"n": 1})
+                changeset_apply(store=baseline, actor=root, rpc=Rpc.PUT_ENTITY, ops=[op])
+                holding.set()
+                release.wait(timeout=30)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            holding.set()
+            connection.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert holding.wait(timeout=30)
+        with CaptureQueriesContext(connection) as queries:
+            made = partitions.ensure_covering(10, 30)
+        still_open = thread.is_alive()
+    finally:
+        release.set()
+        thread.join(timeout=30)
+    try:
+        assert not errors, errors
+        assert still_open  # the write had not ended when the attaches were done
+        assert [(p.name, p.lower) for p in made] == [
+            (partitions.partition_name(lower, parent), lower)
+            for parent in partitions.PARENTS
+            for lower in (10, 20)
+        ]
+        # One try each: no lock_timeout expired (a try that timed out is tried again).
+        tries = [q for q in queries.captured_queries if q["sql"].startswith("SET LOCAL lock_")]
+        assert len(tries) == 2 * len(made), tries  # (each try sets it, then resets it)
+    finally:
+        standard()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -208,10 +272,10 @@ def test_a_new_partition_gets_the_seq_entity_constraint_and_not_the_indexes_it_r
     assert "revision_one_per_entity_changeset" not in shape["constraints"]
     layout([(0, 3)])
     made = partitions.ensure_covering(3, 6)
-    assert [p.lower for p in made] == [3]
+    assert [(p.name, p.lower, p.upper) for p in made] == _both(3, 6)
     parent = set(shape["indexes"])
     for part in partitions.partitions():
-        found = _partition_indexes(part.name)
+        found = _partition_indexes(part.name)  # (the revision table's)
         assert set(found) == parent, part.name  # one of each, no more
         assert found["revision_seq_entity"] is True
     # Invariant 4 on the new partition: a second row for the entity at that seq is refused.
@@ -241,7 +305,11 @@ def test_the_beat_task_keeps_partitions_ahead(settings):
     settings.ATLAS_LOG_PARTITIONS_AHEAD = 2
     layout([(0, 5)])
     result = partition_upkeep()
-    assert result["made"] == [partitions.partition_name(5), partitions.partition_name(15)]
+    assert result["made"] == [  # each table's in turn, the changeset table's first
+        partitions.partition_name(lower, parent)
+        for parent in partitions.PARENTS
+        for lower in (5, 15)
+    ]
     assert result["headroom"] == 24
 
 

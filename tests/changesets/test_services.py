@@ -22,7 +22,7 @@ from atlas.exceptions import (
     PermissionDenied,
     PreconditionFailed,
 )
-from changesets import chain
+from changesets import chain, partitions
 from changesets.hooks import in_write_transaction
 from changesets.models import (
     AppendOnlyError,
@@ -34,6 +34,7 @@ from changesets.models import (
     Rpc,
 )
 from changesets.ops import DeleteOp, PatchOp, PutOp, canonical
+from changesets.partitions import CHANGESETS
 from changesets.services import apply as services
 from changesets.services.apply import changeset_apply
 from changesets.signals import changeset_committed
@@ -424,19 +425,31 @@ def test_the_database_refuses_a_second_revision_of_an_entity_in_one_changeset(
         cursor.execute(COPY_REVISION.format(seq="seq", slug="'b'", where="slug = 'a'"))
 
 
+DEFERRED = "DEFERRABLE INITIALLY DEFERRED"
+
+
 def test_the_database_refuses_a_revision_of_no_changeset(writer, namespace, write):
     """Every revision belongs to a changeset, in PostgreSQL too: the foreign key
     ``revision_changeset_seq`` (migration 0031) names it by the seq the revision
-    copies. Deferred like Django's keys, so checked here at once."""
+    copies; since migration 0038 each revision partition has its own, to the
+    changeset partition of the same seqs. Deferred like Django's keys, so checked
+    here at once."""
     write(writer, f"{NS}/order/a", {"n": 1})
     write(writer, f"{NS}/order/a", {"n": 2})
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
-            " WHERE conrelid = 'changesets_revision'::regclass AND contype = 'f'"
+            "SELECT c.conrelid::regclass::text, pg_get_constraintdef(c.oid) FROM pg_constraint c"
+            " WHERE c.contype = 'f' AND (c.conrelid = 'changesets_revision'::regclass"
+            " OR c.conrelid IN (SELECT inhrelid FROM pg_inherits"
+            " WHERE inhparent = 'changesets_revision'::regclass)) ORDER BY 1"
         )
-        key = "FOREIGN KEY (seq) REFERENCES changesets_changeset(seq)"
-        assert cursor.fetchall() == [(f"{key} DEFERRABLE INITIALLY DEFERRED",)]
+        keys = cursor.fetchall()
+        parts = partitions.partitions(cursor)
+        holder = partitions.partition_name
+        assert keys == [
+            (p.name, f"FOREIGN KEY (seq) REFERENCES {holder(p.lower, CHANGESETS)}(seq) {DEFERRED}")
+            for p in parts
+        ]
         cursor.execute("SELECT max(seq) FROM changesets_changeset")
         (last,) = cursor.fetchone()
     # A copy of the first write's revision at the next seq (no changeset has it

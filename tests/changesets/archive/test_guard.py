@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from changesets import partitions
@@ -99,10 +100,20 @@ def test_an_update_is_refused_with_the_marker_and_a_cut(log):
 
 def test_the_removal_passes_under_a_switched_signed_cut_and_only_through_it(log):
     _cut(2, CutState.SWITCHED)
-    removed = hot.remove_through(2, batch=1)
+    with CaptureQueriesContext(connection) as queries:
+        removed = hot.remove_through(2, batch=1)
     assert removed == 2
     assert list(Changeset.objects.values_list("seq", flat=True).order_by("seq")) == [3, 4]
     assert not Revision.objects.filter(seq__lte=2).exists()
+    # Both tables' partitions of seqs 0-2 were dropped whole (migration 0038): no row
+    # of either went by DELETE.
+    for parent in partitions.PARENTS:
+        assert partitions.partitions(parent=parent)[0].lower == 3, parent
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    assert not [sql for sql in deletes if "changesets_changeset " in sql], deletes
+    assert any(
+        "DETACH PARTITION changesets_changeset_p" in q["sql"] for q in queries.captured_queries
+    )
     with pytest.raises(hot.NotCovered):  # partition 3 is not dropped without a cut
         hot.remove_through(3)
     assert Revision.objects.filter(seq=3).exists()
@@ -112,15 +123,19 @@ def test_a_partition_straddling_the_cut_keeps_the_delete_guard(log):
     """Rows a partition holds on both sides of a cut go by the guarded DELETE."""
     with connection.cursor() as cursor:  # move seqs 1-4 into one partition [1, 10)
         cursor.execute("CREATE TABLE tmp_rev AS SELECT * FROM changesets_revision")
+        cursor.execute("CREATE TABLE tmp_cs AS SELECT * FROM changesets_changeset")
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("TRUNCATE changesets_revision")
+        cursor.execute("TRUNCATE changesets_revision, changesets_changeset CASCADE")
     layout([(0, 1), (1, 10), (10, 100)])
     with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO changesets_changeset SELECT * FROM tmp_cs")
         cursor.execute("INSERT INTO changesets_revision SELECT * FROM tmp_rev")
     _cut(2, CutState.SWITCHED)
     assert hot.remove_through(2, batch=1) == 2
     assert list(Revision.objects.values_list("seq", flat=True).order_by("seq")) == [3, 4]
-    assert [p.lower for p in partitions.partitions()] == [1, 10]  # [0, 1) was empty
+    assert list(Changeset.objects.values_list("seq", flat=True).order_by("seq")) == [3, 4]
+    for parent in partitions.PARENTS:  # [0, 1) was empty
+        assert [p.lower for p in partitions.partitions(parent=parent)] == [1, 10], parent
     with pytest.raises(DatabaseError, match=REFUSED):
         hot.remove_through(3)
 
