@@ -29,7 +29,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from atlas.admin_keyset import AFTER, BEFORE
-from atlas.admin_mixins import admin_roles, loose_index_scan, readable_namespace_choices
+from atlas.admin_mixins import admin_roles, readable_namespace_choices
+from changesets.admin.distinct import distinct_values
 from changesets.models import BASELINE, Changeset
 from changesets.selectors import by_namespace
 from changesets.selectors.bounds import seq_upto
@@ -109,9 +110,7 @@ class _DistinctFilter(TypedFilter):
         return admin_roles(request).readable() is not None
 
     def values(self) -> list[str]:
-        rows = loose_index_scan(
-            table="changesets_changeset", columns=[self.column], limit=MAX_CHOICES
-        )
+        rows = distinct_values("changesets_changeset", [self.column], limit=MAX_CHOICES)
         return [row[0] for row in rows]
 
 
@@ -145,9 +144,9 @@ class BranchFilter(_DistinctFilter):
         # newest baseline changeset, a step back along the seq index.
         newest = Changeset.objects.filter(branch=BASELINE).order_by("-seq").values("seq")
         base = [BASELINE] if newest[:1] else []
-        rows = loose_index_scan(
-            table="changesets_changeset",
-            columns=[self.column],
+        rows = distinct_values(
+            "changesets_changeset",
+            [self.column],
             where="t.branch <> ''",
             limit=MAX_CHOICES - len(base),
         )

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from atlas.admin_keyset import AFTER, BEFORE, Key
-from atlas.admin_mixins import loose_index_scan
 from atlas.replicas import read_connection
+from changesets.admin.distinct import distinct_values
 
 # Candidates read per round, and per page at most (the page then offers "older").
 CHUNK = 100
@@ -90,13 +90,11 @@ def entity_prefixes(term: str, *, readable: list[str] | None) -> tuple[str, list
         namespace, kind, slug = parts
         if not _SLUG_RE.match(slug):
             return None
-        branches = loose_index_scan(table="changesets_revision", columns=["branch"])
+        branches = distinct_values("changesets_revision", ["branch"])
         combos = [(b, namespace, kind) for (b,) in branches]
     elif len(parts) == 1 and _SLUG_RE.match(term):
         slug = term
-        combos = loose_index_scan(
-            table="changesets_revision", columns=["branch", "namespace", "kind"]
-        )
+        combos = distinct_values("changesets_revision", ["branch", "namespace", "kind"])
     else:
         return None
     if readable is not None:

@@ -342,3 +342,50 @@ def test_two_processes_making_the_same_partitions_both_succeed(settings):
         assert bounds == [(n, n + 3) for n in range(0, 33, 3)]
     finally:
         standard()
+
+
+@pytest.mark.django_db
+def test_as_of_time_for_a_scoped_reader_walks_down_the_partitions(staff, namespace, write):
+    """A scoped reader's ``as_of_time`` looks a partition at a time from the time's
+    boundary down (migration 0038): her newest changeset is two partitions below."""
+    from django.utils import timezone
+
+    from changesets.selectors import asof
+    from entities.models import Namespace
+
+    Namespace.objects.get_or_create(name="acme.other")
+    layout([(0, 4), (4, 8), (8, 1000)])
+    for n in range(3):
+        write(staff, f"{NS}/order/a", {"n": n})  # seqs 1-3
+    for n in range(8):
+        write(staff, "acme.other/order/b", {"n": n})  # seqs 4-11
+    with CaptureQueriesContext(connection) as queries:
+        found = asof.as_of_time(at=timezone.now(), namespaces=[NS])
+    assert found is not None and found.seq == 3
+    reads = [q["sql"] for q in queries.captured_queries if "arms(found)" in q["sql"]]
+    assert len(reads) == 3  # [8, 11], [4, 7], then [0, 3]
+    assert asof.as_of_time(at=timezone.now(), namespaces=["acme.other"]).seq == 11
+
+
+@pytest.mark.django_db
+def test_the_admins_distinct_lists_read_full_partitions_once(make_user, namespace, write):
+    """The author and branch lists go a partition at a time (migration 0038): the
+    same values as one scan of the whole table, and a partition the head has
+    passed is read once (it never gains a row)."""
+    from atlas.admin_mixins import loose_index_scan
+    from changesets.admin import distinct
+
+    layout([(0, 3), (3, 6), (6, 1000)])
+    authors = [make_user(f"author{n}", maintainer=[NS]) for n in range(4)]
+    for n in range(8):  # seqs 1-8 by four authors: partitions [0, 3) and [3, 6) are full
+        write(authors[n % 4], f"{NS}/order/a", {"n": n})
+    whole = loose_index_scan(table="changesets_changeset", columns=["author_name"])
+    assert distinct.distinct_values("changesets_changeset", ["author_name"]) == whole
+    assert distinct.distinct_values("changesets_changeset", ["author_name"], limit=2) == whole[:2]
+    with CaptureQueriesContext(connection) as queries:
+        again = distinct.distinct_values("changesets_changeset", ["author_name"])
+    scans = [q["sql"] for q in queries.captured_queries if "WITH RECURSIVE" in q["sql"]]
+    assert again == whole
+    assert len(scans) == 1 and partitions.partition_name(6, "changesets_changeset") in scans[0]
+    write(make_user("late", maintainer=[NS]), f"{NS}/order/a", {"n": 9})  # the head's partition
+    assert ("late",) in distinct.distinct_values("changesets_changeset", ["author_name"])
