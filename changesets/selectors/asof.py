@@ -33,6 +33,7 @@ from typing import Any
 
 from atlas.exceptions import BadRequest, NotFound
 from atlas.replicas import read_connection
+from changesets import partitions
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset
 from changesets.selectors.bounds import end_of_millisecond, seq_upto
@@ -134,21 +135,38 @@ def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> C
 # seq index for a rare one too, and walked it). ``seq + 0`` keeps the wide arm
 # on its bitmap (few rows) rather than a walk of the seq index
 # (``changesets.selectors.by_namespace`` says why).
+#
+# The changeset table is partitioned by seq (migration 0038): with the boundary
+# computed inside the statement, every arm was planned over every partition
+# (8.6 ms of planning at 13 partitions, for a 1 ms answer). So the boundary is
+# read first, and the arms run one partition at a time from the boundary's
+# down (``seq`` between literals, so the planner prunes to that partition),
+# until one finds a changeset: almost always the first.
 _AS_OF_TIME_SCOPED = """
-WITH b AS MATERIALIZED (SELECT atlas_seq_bound(%(at)s::timestamptz, true) AS seq)
-SELECT * FROM changesets_changeset WHERE seq = (SELECT max(found) FROM ({arms}) arms(found))
+SELECT * FROM changesets_changeset WHERE seq BETWEEN %(low)s AND %(high)s
+  AND seq = (SELECT max(found) FROM ({arms}) arms(found))
 """
 _AS_OF_ARM = """
 (SELECT seq FROM changesets_changeset
  WHERE hashtextextended(namespaces[{position}], 0) = hashtextextended(%({name})s, 0)
    AND namespaces[{position}] = %({name})s
-   AND branch = '' AND seq <= (SELECT seq FROM b) ORDER BY seq DESC LIMIT 1)
+   AND branch = '' AND seq BETWEEN %(low)s AND %(high)s ORDER BY seq DESC LIMIT 1)
 """
 _AS_OF_WIDE_ARM = """
 (SELECT seq FROM changesets_changeset WHERE namespaces[3] IS NOT NULL
-   AND namespaces && %(ns)s::varchar(200)[] AND branch = '' AND seq + 0 <= (SELECT seq FROM b)
+   AND namespaces && %(ns)s::varchar(200)[] AND branch = ''
+   AND seq BETWEEN %(low)s AND %(high)s AND seq + 0 <= %(high)s
  ORDER BY seq + 0 DESC LIMIT 1)
 """
+
+
+def _ranges_down(bound: int) -> list[tuple[int, int]]:
+    """The seq ranges to look in, newest first: the boundary's partition (cut at
+    the boundary), then each one below it; one range when not partitioned."""
+    parts = [p for p in partitions.partitions(parent=partitions.CHANGESETS) if p.lower <= bound]
+    if not parts:
+        return [(0, bound)]
+    return [(p.lower, min(p.last_seq, bound)) for p in reversed(parts)]
 
 
 def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset | None:
@@ -172,13 +190,22 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
         return newest.order_by("-seq").first()
     if not namespaces:
         return None
-    params: dict[str, Any] = {"at": end_of_millisecond(at), "ns": list(namespaces)}
+    with read_connection().cursor() as cursor:
+        cursor.execute("SELECT atlas_seq_bound(%s::timestamptz, true)", [end_of_millisecond(at)])
+        bound = cursor.fetchone()[0]
+    if bound is None:  # nothing is that old
+        return None
+    params: dict[str, Any] = {"ns": list(namespaces)}
     arms = [_AS_OF_WIDE_ARM]
     for i, name in enumerate(namespaces):
         params[f"n{i}"] = name
         arms += [_AS_OF_ARM.format(position=p, name=f"n{i}") for p in (1, 2)]
     sql = _AS_OF_TIME_SCOPED.format(arms=" UNION ALL ".join(arms))
-    return next(iter(Changeset.objects.raw(sql, params)), None)
+    for low, high in _ranges_down(int(bound)):
+        found = next(iter(Changeset.objects.raw(sql, {**params, "low": low, "high": high})), None)
+        if found is not None:
+            return found
+    return None
 
 
 # The branch header, named here as the pointer of the error (selectors know no HTTP).
