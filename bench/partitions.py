@@ -39,7 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 from _common import bench_env, header, repeat_ms, table, write_json
 from _setup import database_url, setup, write_section
 
-TITLE = "Revision partitions (issue 21, phase 2)"
+TITLE = "Log partitions: revisions and changesets (issue 21, migration 0038)"
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_partitions"
 TABLES = ("changesets_changeset", "changesets_revision", "changesets_journalentry")
 
@@ -289,8 +289,8 @@ def _report(result: dict[str, Any], args: argparse.Namespace) -> str:
             _mb(r["bytes_after"]),
         ]
         for name, r in (
-            ("batched DELETE (one table)", result["removal_delete"]),
-            (f"partition drop ({args.partitions - 1} partitions)", result["removal_drop"]),
+            ("batched DELETE (plain tables)", result["removal_delete"]),
+            (f"partition drop ({args.partitions - 1} of each table's)", result["removal_drop"]),
         )
     ]
     return "\n".join(
@@ -300,11 +300,12 @@ def _report(result: dict[str, Any], args: argparse.Namespace) -> str:
             f" (`bench/scale_populate.py`'s skewed log, inserted in"
             f" {result['seconds']:.0f} s) on {args.partitions} partitions of"
             f" {result['width']:,} seqs. Reads through the API in-process, warm, median"
-            " of repeated runs (ms). Moving the rows onto one plain table took"
-            f" {result['to_plain_seconds']:.0f} s and back onto partitions"
-            f" {result['to_partitioned_seconds']:.0f} s (migration 0025's work, both ways).",
+            " of repeated runs (ms). Moving the rows of both log tables onto plain tables"
+            f" took {result['to_plain_seconds']:.0f} s and back onto partitions"
+            f" {result['to_partitioned_seconds']:.0f} s (migrations 0025's and 0038's work,"
+            " both ways).",
             "",
-            table(["read", "one table (ms)", f"{args.partitions} partitions (ms)"], reads),
+            table(["read", "plain tables (ms)", f"{args.partitions} partitions (ms)"], reads),
             "",
             f"The archive cut's removal through seq {result['through']:,} (90% of the"
             " log): changesets, revisions and journal entries. The hot tables' bytes on"
