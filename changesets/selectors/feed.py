@@ -31,7 +31,7 @@ from atlas.exceptions import BadRequest
 from changesets.archive import boundary as cuts
 from changesets.models import BASELINE, Capture, Changeset, Revision
 from changesets.ops import same_content
-from changesets.selectors.rows import AT_MICROS, from_micros
+from changesets.selectors.rows import AT_MICROS, bound_changesets, from_micros
 from changesets.undo import before_image
 
 DEFAULT_LIMIT = 100
@@ -223,6 +223,7 @@ def _revisions(after_seq: int, namespaces: Sequence[str] | None) -> QuerySet[Rev
     # (``changesets.selectors.rows.from_micros`` says why).
     at_micros = RawSQL(AT_MICROS, [], output_field=BigIntegerField())
     qs = Revision.objects.filter(branch=BASELINE, seq__gt=after_seq).annotate(at_micros=at_micros)
+    qs = bound_changesets(qs, after_seq)
     if namespaces is not None:
         qs = qs.filter(namespace__in=list(namespaces))
     return qs

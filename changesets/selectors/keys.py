@@ -33,6 +33,7 @@ from changesets.selectors.rows import (
     ROW_COLUMNS,
     VALUES,
     HistoryRow,
+    bound_changesets,
     row_of,
 )
 
@@ -86,7 +87,10 @@ def namespace_revisions(
     qs = _filtered(where, branch)
     if after is not None:
         seq, rid = after
-        qs = qs.filter(Q(seq__lt=seq) | Q(seq=seq, id__lt=rid))
+        # ``seq <= seq`` alone too: the OR is no index condition, and without it a
+        # page deep in a busy namespace walked the index from the newest row down.
+        qs = qs.filter(Q(seq__lt=seq) | Q(seq=seq, id__lt=rid), seq__lte=seq)
+        qs = bound_changesets(qs, seq, op="<=")
     qs = qs.annotate(at_micros=RawSQL(AT_MICROS, [], output_field=BigIntegerField()))
     rows = qs.order_by("-seq", "-id").values_list(*VALUES)[:limit]
     return [row_of(r) for r in rows]
