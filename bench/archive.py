@@ -86,12 +86,12 @@ def writer_main(index: int, archive_dir: str, stop: Any, results: Any, ready: An
 def _partitions(changesets: int) -> None:
     """Lay the empty log tables out so that the 90% cut (``_measure``) ends where a
     partition ends: nine partitions through it, one after (the cut drops nine)."""
-    from changesets import partitions
+    from changesets import repartition
 
     through = int(changesets * 0.9)
     bounds = sorted({i * (through + 1) // 9 for i in range(9)} | {through + 1})
     ranges = [*zip(bounds, bounds[1:], strict=False), (through + 1, changesets + 1_000_000)]
-    partitions.lay_out(ranges)
+    repartition.lay_out(ranges)
 
 
 def populate(revisions: int, batch: int) -> dict[str, float]:

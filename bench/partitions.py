@@ -56,10 +56,10 @@ def _fresh_database() -> None:
 
 def _layout(changesets: int, count: int) -> int:
     """The empty log tables on ``count`` partitions covering the log; the width."""
-    from changesets import partitions
+    from changesets import partitions, repartition
 
     width = max(changesets // count, 1)
-    partitions.lay_out(partitions.missing(0, changesets + 1, [], step=width))
+    repartition.lay_out(partitions.missing(0, changesets + 1, [], step=width))
     return width
 
 

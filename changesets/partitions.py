@@ -174,7 +174,7 @@ def ensure_covering(lo: int, hi: int, *, lock_timeout: bool = True) -> list[Part
         try:
             for parent in partitioned_parents():
                 for lower, upper in missing(max(lo, 0), hi, partitions(parent=parent)):
-                    made.append(_attach(parent, lower, upper, lock_timeout=lock_timeout))
+                    made.append(attach(parent, lower, upper, lock_timeout=lock_timeout))
             break
         except (ProgrammingError, OperationalError, IntegrityError) as exc:
             if getattr(exc.__cause__, "sqlstate", None) not in _RACED:
@@ -190,7 +190,9 @@ def ensure_ahead(*, lock_timeout: bool = True) -> list[Partition]:
     return ensure_covering(head + 1, head + 1 + ahead() * width(), lock_timeout=lock_timeout)
 
 
-def _attach(parent: str, lower: int, upper: int, *, lock_timeout: bool) -> Partition:
+def attach(parent: str, lower: int, upper: int, *, lock_timeout: bool) -> Partition:
+    """Make partition ``[lower, upper)`` of ``parent`` and attach it (revision partitions
+    keyed to their changeset partition); ``lock_timeout=False`` only where nothing else runs."""
     name = partition_name(lower, parent)
     statements = [
         # Statistics too: the planner estimates each partition's scan from the
@@ -255,28 +257,6 @@ def key_revisions(cursor: Any) -> int:
     for statement in statements:
         cursor.execute(statement)
     return len(statements)
-
-
-def lay_out(bounds: list[tuple[int, int]], parents: tuple[str, ...] = PARENTS) -> None:
-    """Put each (empty) table of ``parents`` on partitions of ``bounds`` instead of its own.
-
-    For tests and benchmarks that need a log on chosen bounds. Revisions go
-    first, and a changeset partition is detached before it is dropped
-    (PostgreSQL will not drop a partition a foreign key points into).
-    """
-    with connection.cursor() as cursor:
-        for part in partitions(cursor):  # keyed again below, to the new partitions
-            cursor.execute(f"ALTER TABLE {part.name} DROP CONSTRAINT IF EXISTS {REVISION_KEY}")
-        for parent in sorted(parents, key=PARENTS.index, reverse=True):
-            for part in partitions(cursor, parent=parent):
-                cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {part.name}")
-                cursor.execute(f"DROP TABLE {part.name}")
-    for parent in sorted(parents, key=PARENTS.index):
-        for lower, upper in bounds:  # as upkeep makes them (statistics included)
-            _attach(parent, lower, upper, lock_timeout=False)
-    with connection.cursor() as cursor:
-        key_revisions(cursor)
-    forget()
 
 
 def run_with_lock_timeout(statements: list[str], *, enabled: bool = True) -> int:

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connection
 from tqdm import tqdm
 
 from changesets import partitions
@@ -293,3 +294,27 @@ def changesets_to_plain(cursor: Any, *, progress: bool) -> int | None:
     moved = to_plain(cursor, progress=progress, table=partitions.CHANGESETS)
     cursor.execute(_PARENT_KEY)
     return moved
+
+
+def lay_out(bounds: list[tuple[int, int]], parents: tuple[str, ...] = partitions.PARENTS) -> None:
+    """Put each (empty) table of ``parents`` on partitions of ``bounds`` instead of its own.
+
+    For tests and benchmarks that need a log on chosen bounds. Revisions go
+    first, and a changeset partition is detached before it is dropped
+    (PostgreSQL will not drop a partition a foreign key points into).
+    """
+    with connection.cursor() as cursor:
+        for part in partitions.partitions(cursor):  # keyed again below, to the new partitions
+            cursor.execute(
+                f"ALTER TABLE {part.name} DROP CONSTRAINT IF EXISTS {partitions.REVISION_KEY}"
+            )
+        for parent in sorted(parents, key=partitions.PARENTS.index, reverse=True):
+            for part in partitions.partitions(cursor, parent=parent):
+                cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {part.name}")
+                cursor.execute(f"DROP TABLE {part.name}")
+    for parent in sorted(parents, key=partitions.PARENTS.index):
+        for lower, upper in bounds:  # as upkeep makes them (statistics included)
+            partitions.attach(parent, lower, upper, lock_timeout=False)
+    with connection.cursor() as cursor:
+        partitions.key_revisions(cursor)
+    partitions.forget()

@@ -87,8 +87,7 @@ def namespace_revisions(
     qs = _filtered(where, branch)
     if after is not None:
         seq, rid = after
-        # ``seq <= seq`` alone too: the OR is no index condition, and without it a
-        # page deep in a busy namespace walked the index from the newest row down.
+        # (``seq <=`` alone too: the OR is no index condition; without it a deep page walked)
         qs = qs.filter(Q(seq__lt=seq) | Q(seq=seq, id__lt=rid), seq__lte=seq)
         qs = bound_changesets(qs, seq, op="<=")
     qs = qs.annotate(at_micros=RawSQL(AT_MICROS, [], output_field=BigIntegerField()))

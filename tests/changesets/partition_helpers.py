@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from django.db import connection
 
 from atlas import conf
-from changesets import partitions
+from changesets import partitions, repartition
 
 
 def layout(
@@ -15,7 +15,7 @@ def layout(
 ) -> list[partitions.Partition]:
     """Put the (empty) log tables of ``parents`` on ``bounds``; the revision table's
     partitions."""
-    partitions.lay_out(list(bounds), tuple(parents))
+    repartition.lay_out(list(bounds), tuple(parents))
     return partitions.partitions()
 
 
