@@ -38,7 +38,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
@@ -83,6 +83,9 @@ class Partition:
     name: str
     lower: int
     upper: int
+    # The table's oid where read from the catalog (else 0): a partition made
+    # again under the same name is another table.
+    oid: int = field(default=0, compare=False)
 
     @property
     def last_seq(self) -> int:
@@ -111,15 +114,15 @@ def partitions(cursor: Any | None = None, parent: str = PARENT) -> list[Partitio
     """``parent``'s attached partitions, in seq order (empty when it is not partitioned)."""
     rows = _fetch(
         cursor,
-        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.oid::int8 FROM pg_inherits i"
         " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)",
         [parent],
     )
     found = []
-    for name, bound in rows:
+    for name, bound, oid in rows:
         match = _BOUND.search(bound or "")
         if match:  # (a DEFAULT partition has no range; Atlas never makes one)
-            found.append(Partition(name, int(match.group(1)), int(match.group(2))))
+            found.append(Partition(name, int(match.group(1)), int(match.group(2)), int(oid)))
     return sorted(found, key=lambda p: p.lower)
 
 

@@ -31,36 +31,20 @@ from changesets import partitions
 _closed: dict[tuple[int, tuple[str, ...], str, int | None], list[tuple[Any, ...]]] = {}
 
 
-def _parts(table: str) -> list[tuple[int, partitions.Partition]]:
-    """(oid, partition) of ``table``'s partitions in seq order; one catalog query."""
-    rows = partitions._fetch(
-        None,
-        "SELECT c.relname, c.oid::int8, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
-        " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)",
-        [table],
-    )
-    found = []
-    for name, oid, bound in rows:
-        match = partitions._BOUND.search(bound or "")
-        if match:
-            found.append((int(oid), partitions.Partition(name, int(match[1]), int(match[2]))))
-    return sorted(found, key=lambda row: row[1].lower)
-
-
 def distinct_values(
     table: str, columns: Sequence[str], *, where: str = "TRUE", limit: int | None = None
 ) -> list[tuple[Any, ...]]:
     """``loose_index_scan`` of ``table``'s ``columns``, a partition at a time."""
-    parts = _parts(table)
+    parts = partitions.partitions(parent=table)
     if not parts:  # not partitioned
         return loose_index_scan(table=table, columns=columns, where=where, limit=limit)
     head = partitions.log_head()
     found: set[tuple[Any, ...]] = set()
-    for oid, part in parts:
+    for part in parts:
         if part.lower > head:
             break  # empty: the head has not reached it
         # (each partition's first ``limit`` values: the union's first ``limit`` are among them)
-        key = (oid, tuple(columns), where, limit)
+        key = (part.oid, tuple(columns), where, limit)
         values = _closed.get(key)
         if values is None:
             values = loose_index_scan(table=part.name, columns=columns, where=where, limit=limit)
