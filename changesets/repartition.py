@@ -22,12 +22,11 @@ writing. Why it is shaped this way:
 4. The identity sequence goes on where it was (its last value is carried over),
    so ids stay unique across the move.
 5. The changeset table (migration 0038) goes the same way, on the revision
-   table's bounds. Any foreign key of another table's parent that points at
-   it is dropped before the move and added again after it (0038 drops the
-   revision table's first: revision partitions are keyed one by one,
-   ``partitions.key_revisions``), and its extended statistics are made again
-   on the parent and on each partition (the planner estimates a partition's
-   scan from the partition's own).
+   table's bounds. The revision table's key to it is taken off first and put
+   back after, on the revision table's parent or on each of its partitions
+   (:func:`changesets_to_partitioned`, ``partitions.key_revisions``); its
+   extended statistics are made again on the parent and on each partition
+   (the planner estimates a partition's scan from the partition's own).
 """
 
 from __future__ import annotations
@@ -56,8 +55,6 @@ class Shape:
     sequence: str | None = None
     last_value: tuple[int, bool] | None = None
     statistics: list[str] = field(default_factory=list)
-    # Foreign keys of other tables that point at this one: table, name, def.
-    referencing: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def _shape(cursor: Any, table: str) -> Shape:
@@ -90,13 +87,6 @@ def _shape(cursor: Any, table: str) -> Shape:
         [table],
     )
     shape.statistics = [row[0] for row in cursor.fetchall()]
-    cursor.execute(
-        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
-        " WHERE confrelid = %s::regclass AND contype = 'f' AND conparentid = 0"
-        " AND conrelid <> confrelid ORDER BY 1, 2",
-        [table],
-    )
-    shape.referencing = list(cursor.fetchall())
     cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
     shape.sequence = cursor.fetchone()[0]
     if shape.sequence:
@@ -204,8 +194,6 @@ def _restore_shape(cursor: Any, table: str, shape: Shape, *, partitioned: bool) 
     for part in partitions.partitions(cursor, parent=table) if partitioned else []:
         for statement in shape.statistics:
             cursor.execute(_for_partition(statement, part.name))
-    for referencing, name, definition in shape.referencing:
-        cursor.execute(f"ALTER TABLE {referencing} ADD CONSTRAINT {name} {definition}")
     if table == partitions.PARENT and partitioned:
         partitions.key_revisions(cursor)  # (after migration 0038: a key per partition)
     if shape.last_value is not None:
@@ -225,8 +213,6 @@ def _move(
     cursor.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
     cursor.execute(f"SELECT coalesce(max(seq), 0) FROM {table}")
     top = max(head, int(cursor.fetchone()[0]))
-    for referencing, name, _ in shape.referencing:
-        cursor.execute(f"ALTER TABLE {referencing} DROP CONSTRAINT {name}")
     old = _rename_away(cursor, table, shape)
     _create(cursor, table, old, partitioned=partitioned)
     if partitioned:
@@ -283,34 +269,36 @@ def changesets_to_plain(cursor: Any, *, progress: bool) -> int | None:
     if not partitions.is_partitioned(cursor, partitions.CHANGESETS):
         return None
     cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    _unkey_revisions(cursor)
+    moved = to_plain(cursor, progress=progress, table=partitions.CHANGESETS)
+    cursor.execute(_PARENT_KEY)
+    return moved
+
+
+def _unkey_revisions(cursor: Any) -> None:
+    """Drop each revision partition's own key to its changeset partition (not one it
+    inherits from the parent, as before migration 0038)."""
     cursor.execute(
         "SELECT conrelid::regclass::text FROM pg_constraint WHERE conname = %s"
         " AND conparentid = 0 AND conrelid IN (SELECT inhrelid FROM pg_inherits"
         " WHERE inhparent = %s::regclass)",
         [partitions.REVISION_KEY, TABLE],
     )
-    for (table,) in cursor.fetchall():  # each partition's own key
+    for (table,) in cursor.fetchall():
         cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT {partitions.REVISION_KEY}")
-    moved = to_plain(cursor, progress=progress, table=partitions.CHANGESETS)
-    cursor.execute(_PARENT_KEY)
-    return moved
 
 
 def lay_out(bounds: list[tuple[int, int]], parents: tuple[str, ...] = partitions.PARENTS) -> None:
     """Put each (empty) table of ``parents`` on partitions of ``bounds`` instead of its own.
 
-    For tests and benchmarks that need a log on chosen bounds. Revisions go
-    first, and a changeset partition is detached before it is dropped
-    (PostgreSQL will not drop a partition a foreign key points into).
+    For tests and benchmarks that need a log on chosen bounds. The revision
+    partitions' keys go first (a changeset partition one points into cannot be
+    dropped) and are made again to the new partitions.
     """
     with connection.cursor() as cursor:
-        for part in partitions.partitions(cursor):  # keyed again below, to the new partitions
-            cursor.execute(
-                f"ALTER TABLE {part.name} DROP CONSTRAINT IF EXISTS {partitions.REVISION_KEY}"
-            )
-        for parent in sorted(parents, key=partitions.PARENTS.index, reverse=True):
+        _unkey_revisions(cursor)
+        for parent in parents:
             for part in partitions.partitions(cursor, parent=parent):
-                cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {part.name}")
                 cursor.execute(f"DROP TABLE {part.name}")
     for parent in sorted(parents, key=partitions.PARENTS.index):
         for lower, upper in bounds:  # as upkeep makes them (statistics included)
