@@ -27,8 +27,8 @@ it is shaped this way:
    about ``ATLAS_ARCHIVE_DELETE_BATCH`` revisions (whole changesets), oldest
    first, for rows a partition straddling the cut still holds (a cut made
    before the tables were partitioned), so a crash loses at most one batch's
-   work. PostgreSQL itself refuses to detach a changeset partition that a
-   revision or journal entry still points into.
+   work. PostgreSQL itself refuses to drop a changeset partition that a
+   revision partition's key still points into.
 4. The guard: the log's delete triggers (migration 0024) refuse every DELETE
    unless the transaction set ``atlas.archiving`` (``SET LOCAL``) and a signed,
    switched cut covers the row. This is the only place that sets it.
@@ -147,12 +147,10 @@ def drop_partitions_through(seq: int, *, on_step: Callable[[str], None] | None =
     """Detach and drop every revision partition wholly at or below ``seq``, then every
     changeset partition; revisions dropped.
 
-    A changeset partition goes once nothing points into it: its journal entries
-    and any revision a partition straddling the cut still holds are deleted first
-    (the foreign keys would refuse the detach otherwise; on aligned bounds there
-    are none). ``on_step(point)`` runs after each detach (``partition-detached``)
-    and drop (``partition-dropped``), outside any transaction (the archiver's
-    pause points).
+    A changeset partition goes once nothing is left of its seqs elsewhere
+    (:func:`_clear_range`). ``on_step(point)`` runs after each detach
+    (``partition-detached``) and drop (``partition-dropped``), outside any
+    transaction (the archiver's pause points).
     """
     rows = 0
     for name, last_seq in _detached():  # what a crash between detach and drop left
@@ -166,9 +164,28 @@ def drop_partitions_through(seq: int, *, on_step: Callable[[str], None] | None =
     for part in partitions.partitions(parent=partitions.CHANGESETS):
         if part.last_seq > seq:
             break
-        rows += _delete_batches(part.lower - 1, part.last_seq, changesets=False)
+        rows += _clear_range(part)
         _drop(partitions.CHANGESETS, part, on_step)
     return rows
+
+
+def _clear_range(part: partitions.Partition) -> int:
+    """Delete what is left of a changeset partition's seqs in the other tables; revisions
+    deleted. Its journal entries (one statement: the journal is a queue) and, only if a
+    revision partition straddles its range (never on the bounds upkeep makes: the
+    revision partitions of the range were dropped just before), those revisions in
+    batches. One probe each when there are none, not a walk of the partition."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM changesets_journalentry WHERE seq BETWEEN %s AND %s",
+            [part.lower, part.last_seq],
+        )
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM changesets_revision WHERE seq BETWEEN %s AND %s)",
+            [part.lower, part.last_seq],
+        )
+        left = bool(cursor.fetchone()[0])
+    return _delete_batches(part.lower - 1, part.last_seq, changesets=False) if left else 0
 
 
 def _delete_batches(

@@ -34,8 +34,9 @@ class JournalEntry(models.Model):
     one cost 144 bytes per write (issue 16).
     """
 
-    # The database's key goes by ``seq`` (``journal_changeset_seq``, migration 0038):
-    # the changeset table is partitioned by seq, so its id alone is not unique there.
+    # No key in the database (migration 0038): the changeset table is partitioned by
+    # seq, so its id alone is not unique there, and a key by seq would make every
+    # cut's detach of a changeset partition wait on the journal's writers.
     changeset = models.OneToOneField(
         "changesets.Changeset",
         primary_key=True,
