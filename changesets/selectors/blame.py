@@ -22,6 +22,7 @@ from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, Revision
 from changesets.selectors import entity_keys
 from changesets.selectors.rows import REVISION as _T
+from changesets.selectors.rows import changeset_briefs
 from entities.store import EntityKey
 
 # Revisions read per round trip while blame walks back.
@@ -169,9 +170,7 @@ def _walk(
     rarely written, most often those the create set: walked for, the busy
     entity of the scale bench cost a read of all its 18,530 revisions at 1M
     changesets (63 ms, 15,464 buffers), where the posting lists hold one."""
-    fields = (
-        f"string_to_array({_T}.changed, '~2'), {_T}.changeset_id, {_T}.seq, {_T}.at, c.author_name"
-    )
+    fields = f"string_to_array({_T}.changed, '~2'), {_T}.changeset_id, {_T}.seq, {_T}.at"
     entity, entity_args = entity_keys.entity_where(key, branch)
     while leaves := still_open():
         where, args = entity, list(entity_args)
@@ -185,8 +184,10 @@ def _walk(
         with read_connection().cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        for changed, changeset_id, seq, at, author in rows:
-            yield _Step(changed, changeset_id, seq, at, author)
+        # The authors by the batch's seqs: one statement, pruned to their partitions.
+        briefs = changeset_briefs(row[2] for row in rows)
+        for changed, changeset_id, seq, at in rows:
+            yield _Step(changed, changeset_id, seq, at, briefs[seq][0])
         if len(rows) < batch:
             return
         bound, strictly_below = rows[-1][2], True

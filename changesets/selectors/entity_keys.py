@@ -17,11 +17,10 @@ from changesets.selectors.keys import KEY_RULE, KEY_TERMS, touching
 from changesets.selectors.log import after_cut
 from changesets.selectors.rows import (
     ENTITY_WHERE,
-    JOIN_CHANGESET,
     ROW_COLUMNS,
     HistoryRow,
     history_rows,
-    row_of,
+    with_briefs,
 )
 from changesets.selectors.rows import REVISION as _T
 from entities.store import EntityKey
@@ -87,7 +86,8 @@ def _walk_then_probe(
     )
     with read_connection().cursor() as cursor:
         cursor.execute(sql, args)
-        return [row_of(r) for r in cursor.fetchall()]
+        rows = cursor.fetchall()
+    return with_briefs(rows)
 
 
 def entity_walk_then_probe(
@@ -102,17 +102,17 @@ def entity_walk_then_probe(
     """The statement, and its parameters, of the newest ``limit`` revisions matching
     ``entity`` (SQL over the revision table: one entity's revisions, and bounds)
     that touched any of ``pointers`` (the key rule), newest first, ``columns``
-    of :data:`~changesets.selectors.rows.ROW_COLUMNS`'s names (the changeset is
-    ``c``). Two arms: a walk of ``ENTITY_KEY_WINDOW`` of them, the rule tested
-    on each row (:func:`touching`), then, if that came up short, the key's
-    posting lists below the walk (:func:`entity_key_history` says why).
+    of :data:`~changesets.selectors.rows.ROW_COLUMNS`'s names (the revision's only:
+    the caller reads the page's changesets by their seqs). Two arms: a walk of
+    ``ENTITY_KEY_WINDOW`` of them, the rule tested on each row (:func:`touching`),
+    then, if that came up short, the key's posting lists below the walk
+    (:func:`entity_key_history` says why).
 
     ``win`` is the window, read only as far as the walk pulls it (all of it if
     the walk comes up short and the probe asks for its oldest seq); the probe
     runs only if the window is full, since otherwise it held every revision
     there is. Rows carry the revision's columns, aliased as the table, so the
-    page reads the revision table no second time, and only the page's rows
-    are joined to their changesets."""
+    page reads the revision table no second time."""
     where, where_args = entity
     rule, rule_args = touching(pointers)
     posting_args: list[Any]
@@ -135,7 +135,7 @@ def entity_walk_then_probe(
         f" AND {where} AND {posting} AND {_T}.seq < (SELECT min(seq) FROM win)"
         f" ORDER BY {_T}.seq DESC LIMIT %s)"
         ") arms LIMIT %s)"
-        f" SELECT {columns} FROM page {_T} {JOIN_CHANGESET} ORDER BY {_T}.seq DESC"
+        f" SELECT {columns} FROM page {_T} ORDER BY {_T}.seq DESC"
     )
     args = [*where_args, *rule_args, limit, *where_args, *posting_args, limit, limit]
     return sql, args

@@ -31,7 +31,7 @@ from atlas.exceptions import BadRequest
 from changesets.archive import boundary as cuts
 from changesets.models import BASELINE, Capture, Changeset, Revision
 from changesets.ops import same_content
-from changesets.selectors.rows import AT_MICROS, bound_changesets, from_micros
+from changesets.selectors.rows import AT_MICROS, from_micros
 from changesets.undo import before_image
 
 DEFAULT_LIMIT = 100
@@ -55,11 +55,9 @@ _RECORD_FIELDS = (
     "after_version",
     "changed",
     "at_micros",
-    "changeset__author_name",
-    "changeset__rpc",
-    "changeset__metadata",
-    "changeset__context",
 )
+# A record's columns from its changeset, read by the page's seqs (:func:`_changesets`).
+_CHANGESET_FIELDS = ("seq", "author_name", "rpc", "metadata", "context")
 
 
 def cursor_encode(seq: int) -> str:
@@ -154,7 +152,21 @@ def _same(a: Any, b: Any) -> bool:
     return same_content(a, b)
 
 
-def _record(row: dict[str, Any], capture: str) -> dict[str, Any]:
+def _changesets(rows: list[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
+    """The page's changesets' columns a record shows, by seq: one statement after the
+    page, by its seqs as a literal list, so it is pruned to their partitions when
+    planned. Joined to the revisions instead, the page's statement planned a scan
+    of every changeset partition for each revision partition it might read
+    (``changesets.selectors.rows`` says more)."""
+    seqs = sorted({row["seq"] for row in rows})
+    if not seqs:
+        return {}
+    found = Changeset.objects.filter(seq__in=seqs).values_list(*_CHANGESET_FIELDS)
+    return {seq: rest for seq, *rest in found}
+
+
+def _record(row: dict[str, Any], changeset: tuple[Any, ...], capture: str) -> dict[str, Any]:
+    author, rpc, metadata, context = changeset
     changeset_id = str(row["changeset_id"])
     ns, kind, slug = row["namespace"], row["kind"], row["slug"]
     record: dict[str, Any] = {
@@ -162,16 +174,16 @@ def _record(row: dict[str, Any], capture: str) -> dict[str, Any]:
         "changeset_id": changeset_id,
         "seq": row["seq"],
         "at": rfc3339(from_micros(row["at_micros"])),
-        "author": row["changeset__author_name"],
-        "rpc": row["changeset__rpc"],
+        "author": author,
+        "rpc": rpc,
         "op": row["op"],
         "namespace": ns,
         "kind": kind,
         "slug": slug,
         "version": row["after_version"],
         "changed": row["changed"],
-        "metadata": row["changeset__metadata"] or {},
-        "context": row["changeset__context"],
+        "metadata": metadata or {},
+        "context": context,
     }
     if capture == Capture.NEW_ROW:
         record["new_row"] = row["after"]
@@ -223,7 +235,6 @@ def _revisions(after_seq: int, namespaces: Sequence[str] | None) -> QuerySet[Rev
     # (``changesets.selectors.rows.from_micros`` says why).
     at_micros = RawSQL(AT_MICROS, [], output_field=BigIntegerField())
     qs = Revision.objects.filter(branch=BASELINE, seq__gt=after_seq).annotate(at_micros=at_micros)
-    qs = bound_changesets(qs, after_seq)
     if namespaces is not None:
         qs = qs.filter(namespace__in=list(namespaces))
     return qs
@@ -263,7 +274,8 @@ def feed_page(
     2. If row ``limit + 1`` belongs to the same changeset as row ``limit``,
        read the rest of that changeset too: pages end on changeset
        boundaries, so a page may exceed ``limit``.
-    3. Read the watermark last, so it is never behind the page's records.
+    3. Read the page's changesets by their seqs (:func:`_changesets`).
+    4. Read the watermark last, so it is never behind the page's records.
 
     ``after_seq`` before the archive cut is a 410 (module docstring).
 
@@ -291,8 +303,9 @@ def feed_page(
                     .values(*_RECORD_FIELDS)
                 )
                 rows.extend(rest)
+    changesets = _changesets(rows)
     mark = watermark()
-    records = [_record(row, capture) for row in rows]
+    records = [_record(row, changesets[row["seq"]], capture) for row in rows]
     last_seq = rows[-1]["seq"] if rows else after_seq
     return FeedPage(
         records=records,

@@ -29,12 +29,11 @@ from changesets.models import BASELINE, Revision
 from changesets.selectors.bounds import end_of_millisecond
 from changesets.selectors.rows import (
     AT_MICROS,
-    JOIN_CHANGESET,
     ROW_COLUMNS,
     VALUES,
     HistoryRow,
     bound_changesets,
-    row_of,
+    with_briefs,
 )
 
 _T = "changesets_revision"
@@ -89,10 +88,11 @@ def namespace_revisions(
         seq, rid = after
         # (``seq <=`` alone too: the OR is no index condition; without it a deep page walked)
         qs = qs.filter(Q(seq__lt=seq) | Q(seq=seq, id__lt=rid), seq__lte=seq)
-        qs = bound_changesets(qs, seq, op="<=")
+        if where.author is not None:  # the only filter that joins the changesets
+            qs = bound_changesets(qs, seq, op="<=")
     qs = qs.annotate(at_micros=RawSQL(AT_MICROS, [], output_field=BigIntegerField()))
     rows = qs.order_by("-seq", "-id").values_list(*VALUES)[:limit]
-    return [row_of(r) for r in rows]
+    return with_briefs(list(rows))
 
 
 # How many revisions below a key-filtered page's start its newest-first walk
@@ -168,14 +168,15 @@ def _key_revisions(
     10M revisions (ten partitions, eleven scans of the table). The
     probe's columns are spelled ``seq + 0`` and leave branch and namespace out
     (the key's terms name both): either would only AND in a bitmap of half the
-    log. The changeset's columns are joined to the page's rows only, and the
-    page is materialized first: inlined, the planner (costing the probes it
-    cannot see through at millions) joined the changesets by a sequential scan
-    per row, 2.6 s at 10M revisions for a page it had found in 148 ms.
+    log. The page is materialized first and its changesets read by their seqs
+    after the last rung (:func:`~changesets.selectors.rows.with_briefs`): joined
+    to an inlined page, the planner (costing the probes it cannot see through at
+    millions) joined the changesets by a sequential scan per row, 2.6 s at 10M
+    revisions for a page it had found in 148 ms.
     """
     assert where.key
     walk, probe = _tests(where, branch, after)
-    rows: list[HistoryRow] = []
+    rows: list[Any] = []
     top: int | None = None  # below the first rung: the last rung's bound, inclusive
     for rung in range(1, KEY_RUNGS + 2):
         sql, args = _rung(rung, walk, probe, after, top, limit - len(rows))
@@ -185,11 +186,11 @@ def _key_revisions(
         # The marker row (no id) closes a page that came up short: whether the
         # probe was full, so the ladder goes on, and the bound it goes on from.
         marker = fetched.pop() if fetched and fetched[-1][0] is None else None
-        rows += [row_of(r) for r in fetched]
+        rows += fetched
         if len(rows) >= limit or marker is None or not marker[-2]:
-            return rows
+            break
         top = marker[-1]
-    return rows
+    return with_briefs(rows)
 
 
 # A condition of the SQL below and its parameters.
@@ -232,7 +233,7 @@ def _key_conds(where: RevisionFilter) -> list[_Cond]:
         conds.append(
             (
                 "EXISTS (SELECT 1 FROM changesets_changeset a"
-                f" WHERE a.id = {_T}.changeset_id AND a.author_name = %s)",
+                f" WHERE a.seq = {_T}.seq AND a.author_name = %s)",
                 [where.author],
             )
         )
@@ -373,7 +374,7 @@ def _rung(
     sql = (
         f"WITH {', '.join(ctes)}{',' if ctes else ''}"
         f" page AS MATERIALIZED (SELECT * FROM ({' UNION ALL '.join(arms)}) arms LIMIT %s)"
-        f" SELECT {ROW_COLUMNS}, NULL::bool, NULL::int8 FROM {_T} {JOIN_CHANGESET}"
+        f" SELECT {ROW_COLUMNS}, NULL::bool, NULL::int8 FROM {_T}"
         f" JOIN page ON page.id = {_T}.id AND page.seq = {_T}.seq{marker}"
         " ORDER BY 3 DESC NULLS LAST, 1 DESC NULLS LAST"
     )

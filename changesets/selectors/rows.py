@@ -12,11 +12,20 @@ hand ``jsonb`` over as text, and :func:`entities.store.load_json` parses it.
 The before image is rebuilt here from ``after`` and the row's (small) ``undo``
 (:func:`changesets.undo.before_image`), so a page reads and decodes one whole
 image per revision, not two.
+
+The changesets' columns come in a second statement, by the page's seqs
+(:func:`with_briefs`), not joined: both log tables are partitioned by seq
+(migration 0038), and a join planned a scan of every changeset partition for
+each revision partition the page might read (run-time pruning skips them, but
+only after planning). At ten million changesets that planning was most of a
+history page's time in PostgreSQL. By the page's seqs, as literals, the
+second statement is pruned when planned to the one or two partitions that
+hold them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -73,13 +82,14 @@ ROW_COLUMNS = (
     f" {AT_MICROS}, {REVISION}.namespace, {REVISION}.kind, {REVISION}.slug, {REVISION}.op,"
     f" {REVISION}.undo, {REVISION}.after, {REVISION}.before_version,"
     f" {REVISION}.after_version, string_to_array({REVISION}.changed, '~2'),"
-    " c.author_name, c.rpc, c.comment,"
     f" {REVISION}.undo_gone"
 )
-# The changeset joined on ``{REVISION}.seq`` (the partition key: one partition is
-# read): after ``FROM {REVISION}``, or after a page of revision rows aliased so.
-JOIN_CHANGESET = f"JOIN changesets_changeset c ON c.seq = {REVISION}.seq"
-SELECT_ROWS = f"SELECT {ROW_COLUMNS} FROM {REVISION} {JOIN_CHANGESET}"
+SELECT_ROWS = f"SELECT {ROW_COLUMNS} FROM {REVISION}"
+# A changeset's columns a history entry shows, by seq: the changesets of a page's
+# revisions (:func:`with_briefs`).
+_BRIEFS = (
+    "SELECT seq, author_name, rpc, comment FROM changesets_changeset WHERE seq = ANY(%s::int8[])"
+)
 
 
 def bound_changesets(qs: Any, seq: int, *, op: str = ">") -> Any:
@@ -113,9 +123,6 @@ VALUES = (
     "before_version",
     "after_version",
     "changed",
-    "changeset__author_name",
-    "changeset__rpc",
-    "changeset__comment",
     "undo_gone",
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -127,8 +134,27 @@ def from_micros(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
-def row_of(r: Sequence[Any]) -> HistoryRow:
-    """A row of :data:`VALUES` (images decoded or still text) as a :class:`HistoryRow`."""
+def with_briefs(rows: Sequence[Sequence[Any]]) -> list[HistoryRow]:
+    """Rows of :data:`VALUES` (or :data:`ROW_COLUMNS`) as history rows, each
+    with its changeset's brief: one statement for them all (the module says why)."""
+    briefs = changeset_briefs({r[2] for r in rows})
+    return [row_of(r, briefs[r[2]]) for r in rows]
+
+
+def changeset_briefs(seqs: Iterable[int]) -> dict[int, tuple[str, str, str]]:
+    """``(author_name, rpc, comment)`` of the changesets at ``seqs``, by seq: one
+    statement, pruned to the partitions that hold them (none for no seqs)."""
+    wanted = sorted(set(seqs))
+    if not wanted:
+        return {}
+    with read_connection().cursor() as cursor:
+        cursor.execute(_BRIEFS, [wanted])
+        return {seq: (author, rpc, comment) for seq, author, rpc, comment in cursor.fetchall()}
+
+
+def row_of(r: Sequence[Any], brief: Sequence[Any]) -> HistoryRow:
+    """A row of :data:`VALUES` (images decoded or still text) and its changeset's
+    ``(author_name, rpc, comment)`` as a :class:`HistoryRow`."""
     at = _EPOCH + timedelta(microseconds=r[4])
     after = load_json(r[10])
     return HistoryRow(
@@ -141,12 +167,12 @@ def row_of(r: Sequence[Any]) -> HistoryRow:
         r[6],
         r[7],
         r[8],
-        before_image(r[8], after, load_json(r[9]), r[17]),
+        before_image(r[8], after, load_json(r[9]), r[14]),
         after,
         r[11],
         r[12],
         r[13],
-        ChangesetBrief(r[1], r[14], at, r[15], r[16]),
+        ChangesetBrief(r[1], brief[0], at, brief[1], brief[2]),
     )
 
 
@@ -154,7 +180,8 @@ def history_rows(
     where: str, params: Sequence[Any], *, before_seq: int | None, limit: int
 ) -> list[HistoryRow]:
     """Revisions matching ``where`` (SQL over the revision table, with ``params``),
-    below ``before_seq`` if given, newest first, at most ``limit``: one statement."""
+    below ``before_seq`` if given, newest first, at most ``limit``: one statement,
+    and one for their changesets."""
     sql = f"{SELECT_ROWS} WHERE {where}"
     args = list(params)
     if before_seq is not None:
@@ -164,7 +191,8 @@ def history_rows(
     args.append(limit)
     with read_connection().cursor() as cursor:
         cursor.execute(sql, args)
-        return [row_of(r) for r in cursor.fetchall()]
+        rows = cursor.fetchall()
+    return with_briefs(rows)
 
 
 # One entity on one branch: the leading columns of ``revision_history``.

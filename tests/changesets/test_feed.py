@@ -474,7 +474,8 @@ def test_a_page_costs_a_bounded_number_of_queries(
             PutOp(key(f"{NS}/order/a{i}"), {"i": i}),
             DeleteOp(key(f"{NS}/order/zz"), missing_ok=True),
         )
-    with django_assert_max_num_queries(8):  # auth (token, user), roles, rows, spill, watermark
+    # auth (token, user), roles, rows, spill, their changesets, watermark
+    with django_assert_max_num_queries(8):
         page = get_page(api, limit=10)
     assert len(page["records"]) == 10
 

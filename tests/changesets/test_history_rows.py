@@ -1,5 +1,5 @@
-"""History pages built from one statement's rows (issue 17): the same values the
-models hold, and one query per page.
+"""History pages built from rows (issue 17): the same values the models hold, and
+two queries per page (its revisions, then their changesets by seq).
 
 ``changesets.selectors.rows`` reads revisions without instantiating ``Revision``
 or ``Changeset`` and carries ``at`` as epoch microseconds; these tests compare
@@ -9,6 +9,7 @@ microsecond or a timezone lost fails here.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC
 from typing import Any
 
@@ -111,21 +112,28 @@ def history_queries(client: Any, url: str = URL, *, results: int = 4) -> list[st
 
 
 def is_page(sql: str) -> bool:
-    """A page of rows with their changesets: off the table, or off a page of its
-    rows aliased as the table (``entity_keys.entity_key_history``)."""
-    return " changesets_revision JOIN changesets_changeset" in sql
+    """A page of revision rows: off the table, or off a page of its rows aliased as
+    the table (``entity_keys.entity_key_history``), its changesets not joined."""
+    return "FROM changesets_revision" in sql and "JOIN changesets_changeset" not in sql
 
 
-def test_a_history_page_is_one_query_after_authentication(lifecycle, staff, client_for):
-    """A superuser: the token lookup (authentication), then the page. The
-    namespace check needs no query (a superuser reads everything)."""
+def is_briefs(sql: str, seqs: int) -> bool:
+    """The page's changesets, by the page's ``seqs`` seqs as a literal list: pruned
+    to their partitions when planned (``changesets.selectors.rows``)."""
+    found = re.search(r"FROM changesets_changeset WHERE seq = ANY\('\{([\d,]+)\}'", sql)
+    return found is not None and len(found.group(1).split(",")) == seqs
+
+
+def test_a_history_page_is_two_queries_after_authentication(lifecycle, staff, client_for):
+    """A superuser: the token lookup (authentication), then the page and its
+    changesets. The namespace check needs no query (a superuser reads everything)."""
     client = client_for(staff)
     sqls = history_queries(client)
-    assert len(sqls) == 2, sqls
+    assert len(sqls) == 3, sqls
     assert "atlas_apitoken" in sqls[0]
-    assert is_page(sqls[1])
+    assert is_page(sqls[1]) and is_briefs(sqls[2], 4), sqls
     sqls = history_queries(client, URL + "?key=/n", results=3)
-    assert len(sqls) == 2 and is_page(sqls[1]), sqls
+    assert len(sqls) == 3 and is_page(sqls[1]) and is_briefs(sqls[2], 3), sqls
 
 
 def test_a_readers_history_page_adds_only_its_role_load(lifecycle, make_user, client_for):
@@ -133,7 +141,7 @@ def test_a_readers_history_page_adds_only_its_role_load(lifecycle, make_user, cl
     visibility check (``entities.access``), then the page."""
     client = client_for(make_user("rita", reader=[NS]))
     sqls = history_queries(client)
-    assert len(sqls) == 3, sqls
+    assert len(sqls) == 4, sqls
     assert "atlas_apitoken" in sqls[0]
-    assert is_page(sqls[2])
+    assert is_page(sqls[2]) and is_briefs(sqls[3], 4)
     assert sum(is_page(sql) for sql in sqls) == 1

@@ -109,10 +109,13 @@ def page(namespace: str, key: str, after: tuple[int, int] | None = None) -> Any:
 
 
 def statements(call: Any) -> tuple[Any, list[str]]:
-    """The result of ``call()`` and the statements it ran (a rung each)."""
+    """The result of ``call()`` and the statements it ran (a rung each), less the
+    last, which reads the page's changesets by their seqs (``rows.with_briefs``)."""
     with CaptureQueriesContext(connection) as queries:
         result = call()
-    return result, [q["sql"] for q in queries.captured_queries]
+    *rungs, briefs = [q["sql"] for q in queries.captured_queries]
+    assert briefs.startswith("SELECT seq, author_name, rpc, comment FROM changesets_changeset")
+    return result, rungs
 
 
 def walked(plan: dict[str, Any]) -> int:

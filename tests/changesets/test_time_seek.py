@@ -53,6 +53,12 @@ def seed(cursor: Any) -> int:
         " FROM generate_series(%(first)s, %(last)s) AS s",
         {"start": START, "first": first, "last": first + ROWS - 1, "rare": RARE, "busy": BUSY},
     )
+    # The log head, as the write service leaves it (a merged list page starts there).
+    cursor.execute(
+        "INSERT INTO changesets_loghead (id, seq, at) VALUES (1, %s, %s)"
+        " ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at",
+        [first + ROWS - 1, START + timedelta(seconds=ROWS - 1)],
+    )
     cursor.execute("ANALYZE changesets_changeset")
     return first
 
@@ -100,11 +106,30 @@ def assert_seek(plan: dict[str, Any], *, most: int = 1_000) -> None:
 
 
 def only_sql(call: Any) -> tuple[Any, str]:
-    """The result of ``call()`` and the one statement it ran."""
+    """The result of ``call()`` and the one statement it ran, besides a read of the
+    log head (where a merged list page starts: ``log.newest_in_window``)."""
     with CaptureQueriesContext(connection) as queries:
         result = call()
-    assert len(queries.captured_queries) == 1, queries.captured_queries
-    return result, queries.captured_queries[0]["sql"]
+    sqls = [q["sql"] for q in queries.captured_queries if '"changesets_loghead"' not in q["sql"]]
+    assert len(sqls) == 1, queries.captured_queries
+    return result, sqls[0]
+
+
+BRIEFS = "SELECT seq, author_name, rpc, comment FROM changesets_changeset WHERE seq = ANY("
+
+
+def page_sql(call: Any) -> tuple[Any, str, str | None]:
+    """The result of ``call()``, the one page statement it ran and the one that
+    read the page's changesets by their seqs (``rows.with_briefs``; None for an
+    empty page)."""
+    with CaptureQueriesContext(connection) as queries:
+        result = call()
+    sqls = [q["sql"] for q in queries.captured_queries]
+    briefs = [sql for sql in sqls if sql.startswith(BRIEFS)]
+    pages = [sql for sql in sqls if not sql.startswith(BRIEFS)]
+    assert len(pages) == 1 and len(briefs) <= 1, sqls
+    assert bool(briefs) == bool(result), sqls
+    return result, pages[0], briefs[0] if briefs else None
 
 
 def brute(at: datetime, namespaces: list[str] | None) -> Changeset | None:
