@@ -65,6 +65,12 @@ def log() -> None:
                 "rows": ROWS,
             },
         )
+        # The log head, as the write service leaves it: a list page starts there.
+        cursor.execute(
+            "INSERT INTO changesets_loghead (id, seq, at) VALUES (1, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at",
+            [ROWS, START + timedelta(seconds=ROWS)],
+        )
         cursor.execute("ANALYZE changesets_changeset")
 
 
@@ -115,7 +121,11 @@ def test_a_namespace_filter_pages_through_exactly_its_changesets(log, name):
         assert found == overlap([name], **where), filters
 
 
-def test_a_scoped_readers_list_is_every_changeset_she_can_see_once(log):
+@pytest.mark.parametrize("width", [1_000_000, 50, 7])
+def test_a_scoped_readers_list_is_every_changeset_she_can_see_once(log, settings, width):
+    # A merged page is read first within a partition's width below its start, then
+    # below that (``log.newest_in_window``): narrow widths cross that line on most pages.
+    settings.ATLAS_LOG_PARTITION_SEQS = width
     for size in (1, 2, 3):
         for names in combinations(NAMES, size):
             assert pages(namespaces=list(names)) == overlap(list(names)), names

@@ -194,9 +194,22 @@ def test_a_changesets_revisions_are_one_seek_in_its_own_partition(log, client_fo
             _assert_index_reads(plan, page=101)
 
 
+def _planned_partitions(sql: str, table: str) -> set[str]:
+    """The partitions of ``table`` that ``sql``'s plan scans: those left after pruning
+    when planned (one pruned at run time still shows, as never executed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+        plan = cursor.fetchone()[0][0]["Plan"]
+    return {
+        n["Relation Name"]
+        for n in nodes(plan)
+        if n.get("Relation Name", "").startswith(f"{table}_p")
+    }
+
+
 def test_a_list_pages_ops_read_only_the_partitions_of_its_changesets(log, client_for, make_user):
     """Each changeset's first ops (a LATERAL subquery per changeset) and the scoped
-    reader's op counts: pruned to the page's partitions, at run time for the LATERAL."""
+    reader's op counts: pruned to the page's partitions when planned."""
     for who in (make_user("root", superuser=True), make_user("rita", reader=[pop.MID_NS])):
         client = client_for(who)
         # The second page: the newest changeset sits alone in the partition ahead of
@@ -210,10 +223,40 @@ def test_a_list_pages_ops_read_only_the_partitions_of_its_changesets(log, client
             scans = _executed_scans(plan)
             assert scans, sql
             assert {parent_index(n["Index Name"]) for n in scans} <= SEEKS, scans
-            # The page's changesets are among the newest: one or two partitions of ten.
-            # (The others' scans are planned, a Seq Scan for the empty ones ahead of the
-            # head, and never executed.)
+            # The page's changesets are among the newest: one or two partitions of ten,
+            # pruned when planned (the page's seqs are literals in each statement).
             assert len({n["Relation Name"] for n in scans}) <= 2, scans
+            assert len(_planned_partitions(sql, "changesets_revision")) <= 2, sql
             for node in scans:
                 removed = node.get("Rows Removed by Filter", 0) * node.get("Actual Loops", 1)
                 assert removed <= 100, node
+
+
+@pytest.mark.parametrize("readers", [[pop.MID_NS, pop.RARE_NS], [pop.RARE_NS]])
+def test_a_scoped_list_page_is_planned_over_the_newest_partitions_first(log, settings, readers):
+    """A page merged from a reader's namespaces (up to five scans of the changeset
+    table) is read first within a partition's width of seqs below the head, so its
+    statement is planned over at most two partitions; only a page that window
+    cannot fill (the rare namespace's six changesets in 30,000) is read again below
+    it. Either way it is the reader's newest changesets, every page in turn."""
+    from changesets.models import Changeset
+    from changesets.selectors.log import changeset_list
+
+    settings.ATLAS_LOG_PARTITION_SEQS = WIDTH
+    visible = Changeset.objects.filter(namespaces__overlap=readers).order_by("-seq")
+    expected = list(visible.values_list("seq", flat=True))
+    found: list[int] = []
+    before = None
+    while True:
+        with CaptureQueriesContext(connection) as queries:
+            page = changeset_list(namespaces=readers, before_seq=before, limit=20)
+        found += [c.seq for c in page]
+        unions = [q["sql"] for q in queries.captured_queries if "UNION" in q["sql"]]
+        assert unions, queries.captured_queries
+        assert len(_planned_partitions(unions[0], "changesets_changeset")) <= 2, unions[0]
+        # A second statement only when the window came up short.
+        assert len(unions) == 1 or len([s for s in found if s > (before or 10**9)]) < 20
+        if len(page) < 20:
+            break
+        before = page[-1].seq
+    assert found == expected
