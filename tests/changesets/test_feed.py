@@ -389,6 +389,22 @@ def test_branch_changesets_stay_out_of_the_feed_and_the_watermark(api, staff, na
     ]
 
 
+@pytest.mark.parametrize("width", [1_000_000, 3, 1])
+def test_the_watermark_is_found_below_a_window_of_branch_changesets(
+    api, staff, namespace, write, settings, width
+):
+    """The watermark is sought first among a partition's width of seqs below the
+    log head (``feed.watermark``); when those are all branch changesets it is
+    found below them."""
+    settings.ATLAS_LOG_PARTITION_SEQS = width
+    baseline_cs = write(staff, f"{NS}/order/a", {"n": 1}).changeset
+    for i in range(4):
+        branch_changeset(staff, f"{NS}/order/b{i}", {"n": i})
+    assert get_page(api)["watermark"]["changeset_id"] == str(baseline_cs.id)
+    later = write(staff, f"{NS}/order/c", {"n": 1}).changeset
+    assert get_page(api)["watermark"]["changeset_id"] == str(later.id)
+
+
 def test_watermark_ignores_the_namespace_filter(api, staff, namespace, write):
     NamespaceFactory(name="acme.billing")
     mine = write(staff, f"{NS}/order/a", {"n": 1}).changeset
@@ -474,7 +490,7 @@ def test_a_page_costs_a_bounded_number_of_queries(
             PutOp(key(f"{NS}/order/a{i}"), {"i": i}),
             DeleteOp(key(f"{NS}/order/zz"), missing_ok=True),
         )
-    # auth (token, user), roles, rows, spill, their changesets, watermark
+    # auth (token, user), roles, rows, spill, their changesets, log head, watermark
     with django_assert_max_num_queries(8):
         page = get_page(api, limit=10)
     assert len(page["records"]) == 10
