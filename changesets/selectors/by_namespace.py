@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Q, Value
-from django.db.models.expressions import RawSQL
 from django.db.models.lookups import In
 
 from changesets.models import Changeset, namespace_key, text_key
@@ -86,16 +85,15 @@ def newest_touching(
     namespaces: Sequence[str],
     *,
     branch: str | None = None,
-    seq_bounds: Sequence[tuple[str, Any]] = (),
+    seq_bounds: Sequence[tuple[str, int]] = (),
     window: Sequence[tuple[str, int]] = (),
     limit: int,
 ) -> list[Changeset]:
     """The newest ``limit`` changesets (of ``branch``, if given) that touched any of
-    ``namespaces``, within ``seq_bounds`` and ``window``: ``(lookup, value)`` pairs
-    on ``seq`` (``("lt", 900)``; a value of ``seq_bounds`` may be a
-    :class:`~django.db.models.expressions.RawSQL` subquery), which every arm
-    applies. ``window``'s are literals that prune partitions when the statement is
-    planned (``log.newest_in_window``), on ``seq`` itself in every arm.
+    ``namespaces``, within ``seq_bounds`` and ``window``: ``(lookup, seq)`` pairs
+    (``("lt", 900)``), which every arm applies. ``window``'s are on ``seq`` itself
+    in every arm, the wide one too, so that they prune partitions when the
+    statement is planned (``log.newest_in_window``).
 
     Each arm gets its own ``ORDER BY seq DESC LIMIT``, so it stops as soon as it
     has a page of its own, and the ``UNION`` sorts at most a page per arm. Every
@@ -151,7 +149,7 @@ _OPERATORS = {"lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 
 
 def _bounds(
-    column: str, branch: str | None, seq_bounds: Sequence[tuple[str, Any]]
+    column: str, branch: str | None, seq_bounds: Sequence[tuple[str, int]]
 ) -> tuple[str, list[Any]]:
     """`` AND``-joined conditions on ``column`` (seq, or an expression of it) and
     the branch, and their parameters."""
@@ -159,13 +157,9 @@ def _bounds(
     if branch is not None:
         sql += " AND branch = %s"
         args.append(branch)
-    for lookup, value in seq_bounds:
-        if isinstance(value, RawSQL):
-            sql += f" AND {column} {_OPERATORS[lookup]} {value.sql}"
-            args += list(value.params)
-        else:
-            sql += f" AND {column} {_OPERATORS[lookup]} %s"
-            args.append(value)
+    for lookup, seq in seq_bounds:
+        sql += f" AND {column} {_OPERATORS[lookup]} %s"
+        args.append(int(seq))
     return sql, args
 
 

@@ -192,6 +192,8 @@ def changeset_list(
     if rpc is not None:
         qs = qs.filter(rpc=rpc)
     bounds = page_bounds(since=since, until=until, before_seq=before_seq)
+    if bounds is None:
+        return []
 
     if merge_over is None:
         qs = qs.filter(**{f"seq__{lookup}": value for lookup, value in bounds.items()})
@@ -204,7 +206,10 @@ def changeset_list(
             merge_over, branch=branch, seq_bounds=list(bounds.items()), window=window, limit=n
         )
 
-    top = before_seq - 1 if before_seq is not None else _head()
+    # The page's newest possible seq: the cursor's, an ``until``'s, else the head's.
+    tops = [bounds["lt"] - 1] if "lt" in bounds else []
+    tops += [bounds["lte"]] if "lte" in bounds else []
+    top = min(tops) if tops else _head()
     return newest_in_window(read, top=top, limit=limit)
 
 

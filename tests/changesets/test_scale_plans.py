@@ -118,6 +118,28 @@ def test_a_rare_rpc_filter_is_a_seek_on_its_partial_index(log):
             assert_seek(plan, most=200)
 
 
+def test_a_scoped_page_bounded_by_time_is_merged_from_ordered_arms(log):
+    """``since`` long ago (most of the log) or ``until`` long ago, for a reader of a
+    3% namespace: the bounds are resolved to seqs first and reach the page as
+    literals (``bounds.page_bounds``). As subqueries the planner guessed each at a
+    third of the table, and read and sorted every row of an arm's range (4,137 at
+    a million changesets) instead of reading it backwards to a page."""
+    from datetime import timedelta
+
+    first, last = Changeset.objects.order_by("seq").values_list("at", flat=True)[:: ROWS - 1]
+    old = first + (last - first) / 50
+    for bound in ({"since": old}, {"until": old}, {"since": old, "until": last - timedelta(1)}):
+        rows, sql = only_sql(lambda b=bound: changeset_list(namespaces=SCOPED, limit=51, **b))
+        where = {"at__gte": old} if "since" in bound else {}
+        if "until" in bound:
+            where["at__lte"] = bound["until"]
+        assert [r.seq for r in rows] == brute(SCOPED, **where), bound
+        assert f"seq >= {Changeset.objects.filter(at__gte=old).order_by('seq')[0].seq}" in sql or (
+            "since" not in bound
+        )
+        assert_merged(analyze(sql))
+
+
 def test_a_branch_filter_seeks_its_partial_index_and_baseline_walks_the_seq_index(log):
     """``changeset_branch_seq`` holds branch changesets only (migration 0028): a named
     branch's page is a backward seek there; baseline's (98% of this log) reads the seq

@@ -107,14 +107,20 @@ def assert_seek(plan: dict[str, Any], *, most: int = 1_000) -> None:
 
 def only_sql(call: Any) -> tuple[Any, str]:
     """The result of ``call()`` and the one statement it ran, besides a read of the
-    log head (where a merged list page starts: ``log.newest_in_window``)."""
+    log head (where a merged list page starts: ``log.newest_in_window``) and the
+    resolution of its time bounds to seqs (``bounds.resolve``)."""
     with CaptureQueriesContext(connection) as queries:
         result = call()
-    sqls = [q["sql"] for q in queries.captured_queries if '"changesets_loghead"' not in q["sql"]]
+    sqls = [
+        q["sql"]
+        for q in queries.captured_queries
+        if '"changesets_loghead"' not in q["sql"] and not q["sql"].startswith(RESOLVE)
+    ]
     assert len(sqls) == 1, queries.captured_queries
     return result, sqls[0]
 
 
+RESOLVE = "SELECT atlas_seq_bound("
 BRIEFS = "SELECT seq, author_name, rpc, comment FROM changesets_changeset WHERE seq = ANY("
 
 
