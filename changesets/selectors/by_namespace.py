@@ -153,7 +153,8 @@ def _bounds(
 ) -> tuple[str, list[Any]]:
     """`` AND``-joined conditions on ``column`` (seq, or an expression of it) and
     the branch, and their parameters."""
-    sql, args = "", []
+    sql = ""
+    args: list[Any] = []
     if branch is not None:
         sql += " AND branch = %s"
         args.append(branch)
@@ -165,4 +166,4 @@ def _bounds(
 
 def _columns() -> str:
     """Every column of the changeset, as :meth:`Changeset.objects.raw` loads it."""
-    return ", ".join(f.column for f in Changeset._meta.concrete_fields)
+    return ", ".join(str(f.column) for f in Changeset._meta.concrete_fields)

@@ -213,12 +213,16 @@ def changeset_list(
     return newest_in_window(read, top=top, limit=limit)
 
 
-def _head() -> int:
-    return LogHead.objects.filter(pk=1).values_list("seq", flat=True).first() or 0
+def _head() -> int | None:
+    """The log head's seq; None without a head row (a log Atlas did not write)."""
+    return LogHead.objects.filter(pk=1).values_list("seq", flat=True).first()
 
 
 def newest_in_window(
-    read: Callable[[list[tuple[str, int]], int], list[Changeset]], *, top: int, limit: int
+    read: Callable[[list[tuple[str, int]], int], list[Changeset]],
+    *,
+    top: int | None,
+    limit: int,
 ) -> list[Changeset]:
     """A newest-first page of ``limit`` by ``read(window, n)`` (its newest ``n`` rows
     within ``window``, ``(lookup, seq)`` bounds), read first from the newest partition's
@@ -231,7 +235,10 @@ def newest_in_window(
     its planning cost more than its execution. With the window's bound as a
     literal, the first statement is pruned when planned to the one or two
     partitions it spans; a page it cannot fill pays for a second, whole, plan.
+    ``top`` None: no bound known, one read of it all.
     """
+    if top is None:
+        return read([], limit)
     low = top - partitions.width()
     page = read([("gt", low), ("lte", top)] if low > 0 else [("lte", top)], limit)
     if len(page) < limit and low > 0:
