@@ -283,7 +283,8 @@ def feed_page(
     """The baseline records after ``after_seq`` in namespaces ``namespaces`` (None = all).
 
     1. Read up to ``limit + 1`` revision rows in ``(seq, id)`` order off the
-       ``revision_seq_entity`` index (seq first).
+       ``revision_seq_entity`` index (seq first): within a partition's width of
+       seqs above the cursor first, then above that if they came up short.
     2. If row ``limit + 1`` belongs to the same changeset as row ``limit``,
        read the rest of that changeset too: pages end on changeset
        boundaries, so a page may exceed ``limit``.
@@ -302,7 +303,14 @@ def feed_page(
     full = False
     if namespaces is None or len(namespaces) > 0:
         qs = _revisions(after_seq, namespaces).order_by("seq", "id").values(*_RECORD_FIELDS)
-        rows = list(qs[: limit + 1])
+        # First within a partition's width above the cursor, with a literal bound,
+        # so the statement is planned over the one or two partitions it spans (from
+        # the start of a ten-million log it was planned over all 13: 3.7 ms to plan,
+        # 0.5 to run); above that only if the window came up short.
+        edge = after_seq + partitions.width()
+        rows = list(qs.filter(seq__lte=edge)[: limit + 1])
+        if len(rows) <= limit:
+            rows += list(qs.filter(seq__gt=edge)[: limit + 1 - len(rows)])
         if len(rows) > limit:
             full = True
             boundary = rows[limit - 1]

@@ -234,6 +234,32 @@ def test_pages_end_on_changeset_boundaries(api, staff, namespace, write):
     assert page4["next_cursor"] == page3["next_cursor"]
 
 
+@pytest.mark.parametrize("width", [1, 2, 5, 1_000_000])
+def test_pages_across_the_read_window_hold_every_record_once(
+    api, staff, namespace, write, settings, width
+):
+    """A page is read first within a partition's width of seqs above the cursor,
+    then above it (``feed.feed_page``): narrow widths put that edge inside pages,
+    between changesets and past a branch changeset (which the feed skips)."""
+    settings.ATLAS_LOG_PARTITION_SEQS = width
+    for i in range(4):
+        batch(staff, *[PutOp(key(f"{NS}/order/w{i}-{j}"), {"j": j}) for j in range(i + 1)])
+        if i == 1:
+            branch_changeset(staff, f"{NS}/order/b", {"n": i})
+    expected = list(
+        Revision.objects.filter(branch="").order_by("seq", "id").values_list("seq", "slug")
+    )
+    for limit in (1, 2, 3, 100):
+        seen, cursor = [], None
+        while True:
+            page = get_page(api, limit=limit, **({"since": cursor} if cursor else {}))
+            seen += [(r["seq"], r["slug"]) for r in page["records"]]
+            if not page["records"]:
+                break
+            cursor = page["next_cursor"]
+        assert seen == expected, (width, limit)
+
+
 def test_a_page_can_hold_several_changesets_and_never_splits_one(api, staff, namespace, write):
     for i in range(5):
         batch(staff, PutOp(key(f"{NS}/order/x{i}"), {"i": i}), PutOp(key(f"{NS}/order/y{i}"), {}))
