@@ -207,9 +207,12 @@ def changeset_list(
         within = qs.filter(**{f"seq__{lookup}": seq for lookup, seq in window})
         return list(within.order_by("-seq")[:n])
 
-    if (rpc is not None and rpc not in COMMON_RPCS) or (merge_over is None and namespaces):
-        # A rare rpc's few rows, or a filter tested against a reader's namespaces
-        # row by row: a window would seldom fill, and cost a second plan.
+    tested_row_by_row = merge_over is None and namespaces is not None and namespace is None
+    if (rpc is not None and rpc not in COMMON_RPCS) or tested_row_by_row:
+        # A rare rpc's few rows, or a filter whose rows are tested against a
+        # reader's namespaces one by one: a window would seldom fill, and cost a
+        # second plan. (With a readable ``namespace`` the statement is the
+        # superuser's, and is read like it: ``_page_source``.)
         return read([], limit)
     # The page's newest possible seq: the cursor's, an ``until``'s, else the head's.
     tops = [bounds["lt"] - 1] if "lt" in bounds else []
