@@ -54,7 +54,7 @@ PAGES = [
 def _pages() -> dict[str, Callable[[], Any]]:
     import scale_populate as pop
 
-    from changesets.selectors import blame, entity_keys, feed, keys, log
+    from changesets.selectors import blame, changeset_ops, entity_keys, feed, keys, log
     from entities.store import EntityKey, baseline
 
     busy = EntityKey(pop.BUSY_NS, "item", "obj-0")
@@ -79,7 +79,7 @@ def _pages() -> dict[str, Callable[[], Any]]:
             namespaces=scoped, since=old
         ),
         "changesets until long ago": lambda: log.changeset_list(namespaces=None, until=old),
-        "first ops of a scoped page": lambda: log.first_ops(
+        "first ops of a scoped page": lambda: changeset_ops.first_ops(
             changesets=log.changeset_list(namespaces=scoped), namespaces=scoped, limit=5
         ),
         "feed from the start": lambda: feed.feed_page(after_seq=0, namespaces=None, limit=100),

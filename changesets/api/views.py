@@ -38,15 +38,13 @@ from changesets import ndjson
 from changesets.api import serializers as s
 from changesets.api.filters import ChangesetFilter, filter_digest
 from changesets.models import Changeset
-from changesets.selectors.log import (
-    changeset_get,
-    changeset_list,
+from changesets.selectors.changeset_ops import (
     changeset_ops,
     changeset_revisions,
     first_ops,
-    sees_every_namespace,
     visible_op_counts,
 )
+from changesets.selectors.log import changeset_get, changeset_list, sees_every_namespace
 from changesets.services.interchange import changeset_import
 from changesets.services.revert import changeset_revert, revert_target
 from entities import access

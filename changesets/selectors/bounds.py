@@ -8,13 +8,19 @@ filters.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 from django.db.models import BigIntegerField
 from django.db.models.expressions import RawSQL
 
 from atlas.replicas import read_connection
+from changesets import partitions
 from changesets.archive import boundary
+from changesets.models import LogHead
+
+T = TypeVar("T")
 
 
 def end_of_millisecond(at: datetime) -> datetime:
@@ -105,3 +111,38 @@ def resolve(*, since: datetime | None, until: datetime | None) -> dict[str, int]
     if until is not None:
         bounds["lte"] = int(found.pop(0))
     return bounds
+
+
+def log_head_seq() -> int | None:
+    """The log head's seq; None without a head row (a log Atlas did not write)."""
+    return LogHead.objects.filter(pk=1).values_list("seq", flat=True).first()
+
+
+def newest_in_window(
+    read: Callable[[list[tuple[str, int]], int], list[T]],
+    *,
+    top: int | None,
+    limit: int,
+) -> list[T]:
+    """A newest-first page of ``limit`` by ``read(window, n)`` (its newest ``n`` rows
+    within ``window``, ``(lookup, seq)`` bounds), read first from the newest partition's
+    width of seqs at or below ``top`` (the head, or the cursor), then, if that
+    comes up short, from below it.
+
+    Why: PostgreSQL plans a scan of every partition a statement may read before
+    run-time pruning skips them. A page merged from a reader's namespaces is up to
+    five scans of the changeset table, so at ten million changesets (13 partitions)
+    its planning cost more than its execution (4.5 ms against 1.4), and a page off
+    one index planned in 1-3 ms and ran in a fraction of one. With the window's
+    bounds as literals, the first statement is pruned when planned to the one or
+    two partitions it spans; a page it cannot fill pays for a second, whole, plan
+    (and a read of the head: a trivial statement).
+    ``top`` None: no bound known, one read of it all.
+    """
+    if top is None:
+        return read([], limit)
+    low = top - partitions.width()
+    page = read([("gt", low), ("lte", top)] if low > 0 else [("lte", top)], limit)
+    if len(page) < limit and low > 0:
+        page += read([("lte", low)], limit - len(page))
+    return page

@@ -64,23 +64,6 @@ def touching(namespaces: Sequence[str]) -> Q:
     return at_position(0, names) | at_position(1, names) | _wide(names)
 
 
-def _arms(namespaces: Sequence[str]) -> list[Q]:
-    """Predicates whose union is :func:`touching`, each one index's seek; the last
-    (the wide batches) is the only one that is not a seek in seq order.
-
-    They overlap (a changeset of two of the names is in two arms): the page is
-    their ``UNION``, which drops the repeats. Leaving an earlier arm's rows out
-    of a later one instead (``AND namespaces[1] NOT IN …``) misled the planner:
-    in a log whose arrays are sorted, a busy namespace at position 2 always
-    follows one at position 1, so the exclusion removed every row of an arm it
-    had estimated at 2% of the log, and the arm walked the whole seq index
-    (1,000,000 rows, 414 ms).
-    """
-    names = list(namespaces)
-    arms = [at_position(p, [name]) for p in range(POSITIONS) for name in names]
-    return [*arms, _wide(names)]
-
-
 def newest_touching(
     namespaces: Sequence[str],
     *,
@@ -93,7 +76,7 @@ def newest_touching(
     ``namespaces``, within ``seq_bounds`` and ``window``: ``(lookup, seq)`` pairs
     (``("lt", 900)``), which every arm applies. ``window``'s are on ``seq`` itself
     in every arm, the wide one too, so that they prune partitions when the
-    statement is planned (``log.newest_in_window``).
+    statement is planned (``bounds.newest_in_window``).
 
     Each arm gets its own ``ORDER BY seq DESC LIMIT``, so it stops as soon as it
     has a page of its own, and the ``UNION`` sorts at most a page per arm. Every
@@ -101,28 +84,25 @@ def newest_touching(
     union are newer, so fewer of the arm's), so the union's newest ``limit`` are
     the page.
 
+    The arms overlap (a changeset of two of the names is in two): the ``UNION``
+    drops the repeats. Leaving an earlier arm's rows out of a later one instead
+    (``AND namespaces[1] NOT IN …``) misled the planner: in a log whose arrays are
+    sorted, a busy namespace at position 2 always follows one at position 1, so
+    the exclusion emptied an arm it had estimated at 2% of the log, and the arm
+    walked the whole seq index (1,000,000 rows, 414 ms).
+
     The statement is written here, not built as a union of querysets: Django took
     4 ms to build and compile the five arms of a reader of two namespaces, more
-    than PostgreSQL took to plan and run them. The arms are the predicates of
-    :func:`_arms` in the SQL Django wrote for them (the position indexes'
-    expressions, the wide arm's array cast), which tests/changesets/
-    test_namespace_seeks.py compares with the array overlap itself.
+    than PostgreSQL took to plan and run them. The arms are :func:`touching`'s
+    parts in the SQL Django wrote for them (the position indexes' expressions,
+    the wide arm's array cast); tests/changesets/test_namespace_seeks.py compares
+    the pages with the array overlap itself.
     """
     names = list(dict.fromkeys(namespaces))
     if not names:
         return []
     columns = _columns()
     on_seq, seq_args = _bounds("seq", branch, [*seq_bounds, *window])
-    # The wide arm's rows are few, but the planner may not know it (no statistics
-    # before PostgreSQL 14), or may find a short seq range cheaper than the GIN
-    # index: by ``seq`` it walked the log, or the whole range, looking for them.
-    # On ``seq + 0`` (its order and its bounds) no seq index serves it, and it
-    # sorts the GIN bitmap's few rows. The window is on ``seq`` itself, for the
-    # partitions it prunes: at most a partition's width, and an index on ``seq``
-    # cannot give the arm its order (``seq + 0``), so no walk of it is cheaper
-    # than the bitmap.
-    on_late, late_args = _bounds("seq + 0", branch, seq_bounds)
-    in_window, window_args = _bounds("seq", None, window)
     arms: list[str] = []
     args: list[Any] = []
     for position in range(1, POSITIONS + 1):
@@ -134,15 +114,40 @@ def newest_touching(
                 f" AND {element} = %s{on_seq} ORDER BY seq DESC LIMIT %s)"
             )
             args += [name, name, *seq_args, limit]
-    arms.append(
+    wide, wide_args = _wide_arm(columns, names, branch, seq_bounds, window, limit)
+    arms.append(wide)
+    args += wide_args
+    sql = f"{' UNION '.join(arms)} ORDER BY seq DESC LIMIT %s"
+    return list(Changeset.objects.raw(sql, [*args, limit]))
+
+
+def _wide_arm(
+    columns: str,
+    names: list[str],
+    branch: str | None,
+    seq_bounds: Sequence[tuple[str, int]],
+    window: Sequence[tuple[str, int]],
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """The arm of the changesets of three namespaces or more (``changeset_ns3_more``).
+
+    Its rows are few, but the planner may not know it (no statistics before
+    PostgreSQL 14), or may find a short seq range cheaper than the GIN index: by
+    ``seq`` it walked the log, or the whole range, looking for them. On ``seq + 0``
+    (its order and its bounds) no seq index serves it, and it sorts the GIN
+    bitmap's few rows. The window is on ``seq`` itself, for the partitions it
+    prunes: at most a partition's width, and an index on ``seq`` cannot give the
+    arm its order (``seq + 0``), so no walk of it is cheaper than the bitmap.
+    """
+    on_late, late_args = _bounds("seq + 0", branch, seq_bounds)
+    in_window, window_args = _bounds("seq", None, window)
+    sql = (
         f"(SELECT {columns} FROM changesets_changeset"
         f" WHERE namespaces[{POSITIONS + 1}] IS NOT NULL"
         f" AND namespaces && %s::varchar(200)[]{on_late}{in_window}"
         " ORDER BY seq + 0 DESC LIMIT %s)"
     )
-    args += [names, *late_args, *window_args, limit]
-    sql = f"{' UNION '.join(arms)} ORDER BY seq DESC LIMIT %s"
-    return list(Changeset.objects.raw(sql, [*args, limit]))
+    return sql, [names, *late_args, *window_args, limit]
 
 
 _OPERATORS = {"lt": "<", "lte": "<=", "gt": ">", "gte": ">="}

@@ -30,10 +30,10 @@ from atlas.api.render import rfc3339
 from atlas.exceptions import BadRequest
 from changesets import partitions
 from changesets.archive import boundary as cuts
-from changesets.models import BASELINE, Capture, Changeset, LogHead, Revision
-from changesets.ops import same_content
+from changesets.models import BASELINE, Capture, Changeset, Revision
+from changesets.selectors.bounds import log_head_seq
+from changesets.selectors.feed_values import stored_changed_values
 from changesets.selectors.rows import AT_MICROS, from_micros
-from changesets.undo import before_image
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -76,81 +76,6 @@ def cursor_decode(cursor: str, *, pointer: str = "/since") -> int:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise BadRequest("The cursor is invalid.", pointer=pointer)
     return seq
-
-
-def changed_values(
-    before: dict[str, Any] | None, after: dict[str, Any] | None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(old_values, new_values)`` of the top-level keys whose value changed.
-
-    A removed key maps to null in ``new_values``; a key that did not exist
-    before is absent from ``old_values``. Values are compared as JSON (``1``
-    is not ``1.0`` is not ``true``), as everywhere in Atlas.
-    """
-    b, a = before or {}, after or {}
-    old: dict[str, Any] = {}
-    new: dict[str, Any] = {}
-    for key, value in a.items():
-        if key not in b:
-            new[key] = value
-        elif not _same(b[key], value):
-            new[key] = value
-            old[key] = b[key]
-    for key, value in b.items():
-        if key not in a:
-            new[key] = None
-            old[key] = value
-    return old, new
-
-
-def stored_changed_values(
-    op: str,
-    after: dict[str, Any] | None,
-    undo: dict[str, Any] | None,
-    undo_gone: list[str] | None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """:func:`changed_values` of a revision as stored (``changesets.undo``), the same
-    dicts in the same order, without rebuilding its before image.
-
-    An update's members outside ``undo`` and ``undo_gone`` print alike on both
-    sides, so they are skipped unread; ``undo`` is in jsonb key order, which is
-    the before image's, so removed members come out in the order ``changed_values``
-    gives them. A create or a delete goes the long way (nothing to skip).
-    ``tests/changesets/test_undo.py`` pins it against :func:`changed_values`.
-    """
-    if op != "update" or after is None:
-        return changed_values(before_image(op, after, undo, undo_gone), after)
-    changed = undo or {}
-    gone = frozenset(undo_gone or ())
-    old: dict[str, Any] = {}
-    new: dict[str, Any] = {}
-    for key, value in after.items():
-        if key in gone:
-            new[key] = value
-        elif key in changed and not _same(changed[key], value):
-            new[key] = value
-            old[key] = changed[key]
-    for key, value in changed.items():
-        if key not in after:
-            new[key] = None
-            old[key] = value
-    return old, new
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Byte-identical JSON values, without encoding the common unchanged ones.
-
-    Values of different Python types never encode alike (``1``, ``1.0`` and
-    ``true`` are three), and equal strings, integers, booleans or nulls always do; only
-    floats (``0.0`` is not ``-0.0``), arrays and objects need the canonical
-    comparison (``same_content``). Most members of an update are unchanged
-    scalars: encoding each of them twice was most of a feed page's time.
-    """
-    if type(a) is not type(b):
-        return False
-    if a is None or type(a) in (str, int, bool):
-        return a == b
-    return same_content(a, b)
 
 
 def _changesets(rows: list[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
@@ -207,7 +132,7 @@ def watermark() -> dict[str, Any]:
     branches).
     """
     baseline = Changeset.objects.filter(branch=BASELINE).order_by("-seq")
-    head = LogHead.objects.filter(pk=1).values_list("seq", flat=True).first()
+    head = log_head_seq()
     low = 0 if head is None else head - partitions.width()
     row = None
     if head is not None:
@@ -272,6 +197,35 @@ def _check_cursor(after_seq: int, *, from_cut: bool) -> None:
     )
 
 
+def _page_rows(
+    after_seq: int, namespaces: Sequence[str] | None, limit: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """Steps 1 and 2 of :func:`feed_page`: its revision rows, and whether the page is
+    full (it stopped at ``limit``)."""
+    qs = _revisions(after_seq, namespaces).order_by("seq", "id").values(*_RECORD_FIELDS)
+    # First within a partition's width above the cursor, with a literal bound, so
+    # the statement is planned over the one or two partitions it spans (from the
+    # start of a ten-million log it was planned over all 13: 3.7 ms to plan, 0.5
+    # to run); above that only if the window came up short.
+    edge = after_seq + partitions.width()
+    rows = list(qs.filter(seq__lte=edge)[: limit + 1])
+    if len(rows) <= limit:
+        rows += list(qs.filter(seq__gt=edge)[: limit + 1 - len(rows)])
+    if len(rows) <= limit:
+        return rows, False
+    boundary, spill = rows[limit - 1], rows[limit]
+    rows = rows[:limit]
+    if spill["seq"] == boundary["seq"]:
+        rest = (
+            _revisions(after_seq, namespaces)
+            .filter(seq=boundary["seq"], id__gt=boundary["id"])
+            .order_by("id")
+            .values(*_RECORD_FIELDS)
+        )
+        rows.extend(rest)
+    return rows, True
+
+
 def feed_page(
     *,
     after_seq: int,
@@ -302,28 +256,7 @@ def feed_page(
     rows: list[dict[str, Any]] = []
     full = False
     if namespaces is None or len(namespaces) > 0:
-        qs = _revisions(after_seq, namespaces).order_by("seq", "id").values(*_RECORD_FIELDS)
-        # First within a partition's width above the cursor, with a literal bound,
-        # so the statement is planned over the one or two partitions it spans (from
-        # the start of a ten-million log it was planned over all 13: 3.7 ms to plan,
-        # 0.5 to run); above that only if the window came up short.
-        edge = after_seq + partitions.width()
-        rows = list(qs.filter(seq__lte=edge)[: limit + 1])
-        if len(rows) <= limit:
-            rows += list(qs.filter(seq__gt=edge)[: limit + 1 - len(rows)])
-        if len(rows) > limit:
-            full = True
-            boundary = rows[limit - 1]
-            spill = rows[limit]
-            rows = rows[:limit]
-            if spill["seq"] == boundary["seq"]:
-                rest = (
-                    _revisions(after_seq, namespaces)
-                    .filter(seq=boundary["seq"], id__gt=boundary["id"])
-                    .order_by("id")
-                    .values(*_RECORD_FIELDS)
-                )
-                rows.extend(rest)
+        rows, full = _page_rows(after_seq, namespaces, limit)
     changesets = _changesets(rows)
     mark = watermark()
     records = [_record(row, changesets[row["seq"]], capture) for row in rows]

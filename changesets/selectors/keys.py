@@ -168,11 +168,10 @@ def _key_revisions(
     10M revisions (ten partitions, eleven scans of the table). The
     probe's columns are spelled ``seq + 0`` and leave branch and namespace out
     (the key's terms name both): either would only AND in a bitmap of half the
-    log. The page is materialized first and its changesets read by their seqs
-    after the last rung (:func:`~changesets.selectors.rows.with_briefs`): joined
-    to an inlined page, the planner (costing the probes it cannot see through at
-    millions) joined the changesets by a sequential scan per row, 2.6 s at 10M
-    revisions for a page it had found in 148 ms.
+    log. The page is materialized, its changesets read after it by seq
+    (``rows.with_briefs``): joined to an inlined page, the planner (costing the
+    probes it cannot see through at millions) read them by a sequential scan per
+    row, 2.6 s at 10M revisions for a page it had found in 148 ms.
     """
     assert where.key
     walk, probe = _tests(where, branch, after)

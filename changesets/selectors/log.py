@@ -10,35 +10,22 @@ changeset at or before it, or a time bound reaching back to it, is a 410.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
-from django.db.models import Count, QuerySet, TextField
+from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
-from changesets import chain, partitions
+from changesets import chain
 from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase, ArchiveCut
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
 from changesets.selectors import by_namespace
-from changesets.selectors.bounds import page_bounds
+from changesets.selectors.bounds import log_head_seq, newest_in_window, page_bounds
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
-
-# Revision columns a changeset's op list needs; the JSON images stay unread.
-OP_FIELDS = (
-    "id",
-    "changeset_id",
-    "namespace",
-    "kind",
-    "slug",
-    "op",
-    "before_version",
-    "after_version",
-    "changed",
-)
 
 
 def entity_history(
@@ -147,15 +134,6 @@ def revisions_of(changeset: Changeset) -> QuerySet[Revision]:
     return Revision.objects.filter(seq=changeset.seq, changeset_id=changeset.id)
 
 
-def _visible_revisions(
-    changeset: Changeset, namespaces: Sequence[str] | None, *, sees_all: bool
-) -> QuerySet[Revision]:
-    qs = revisions_of(changeset)
-    if not sees_all and namespaces is not None:
-        qs = qs.filter(namespace__in=list(namespaces))
-    return qs
-
-
 def changeset_list(
     *,
     namespaces: Sequence[str] | None,
@@ -196,6 +174,27 @@ def changeset_list(
         return []
 
     qs = qs.filter(**{f"seq__{lookup}": value for lookup, value in bounds.items()})
+    # A rare rpc's few rows, or a filter whose rows are tested against a reader's
+    # namespaces one by one: a window would seldom fill, and cost a second plan.
+    # (With a readable ``namespace`` the statement is the superuser's, and is read
+    # like it: ``_page_source``.)
+    tested_row_by_row = merge_over is None and namespaces is not None and namespace is None
+    windowed = not tested_row_by_row and (rpc is None or rpc in COMMON_RPCS)
+    return _read_page(qs, merge_over, branch, bounds, windowed=windowed, limit=limit)
+
+
+def _read_page(
+    qs: QuerySet[Changeset],
+    merge_over: list[str] | None,
+    branch: str | None,
+    bounds: dict[str, int],
+    *,
+    windowed: bool,
+    limit: int,
+) -> list[Changeset]:
+    """:func:`changeset_list`'s page: off ``qs``'s index, or merged from the
+    namespaces' own (``merge_over``), within a window below its newest possible
+    seq first if ``windowed`` (:func:`~changesets.selectors.bounds.newest_in_window`)."""
 
     def read(window: list[tuple[str, int]], n: int) -> list[Changeset]:
         if merge_over is not None:
@@ -207,53 +206,13 @@ def changeset_list(
         within = qs.filter(**{f"seq__{lookup}": seq for lookup, seq in window})
         return list(within.order_by("-seq")[:n])
 
-    tested_row_by_row = merge_over is None and namespaces is not None and namespace is None
-    if (rpc is not None and rpc not in COMMON_RPCS) or tested_row_by_row:
-        # A rare rpc's few rows, or a filter whose rows are tested against a
-        # reader's namespaces one by one: a window would seldom fill, and cost a
-        # second plan. (With a readable ``namespace`` the statement is the
-        # superuser's, and is read like it: ``_page_source``.)
+    if not windowed:
         return read([], limit)
     # The page's newest possible seq: the cursor's, an ``until``'s, else the head's.
     tops = [bounds["lt"] - 1] if "lt" in bounds else []
     tops += [bounds["lte"]] if "lte" in bounds else []
-    top = min(tops) if tops else _head()
+    top = min(tops) if tops else log_head_seq()
     return newest_in_window(read, top=top, limit=limit)
-
-
-def _head() -> int | None:
-    """The log head's seq; None without a head row (a log Atlas did not write)."""
-    return LogHead.objects.filter(pk=1).values_list("seq", flat=True).first()
-
-
-def newest_in_window(
-    read: Callable[[list[tuple[str, int]], int], list[Changeset]],
-    *,
-    top: int | None,
-    limit: int,
-) -> list[Changeset]:
-    """A newest-first page of ``limit`` by ``read(window, n)`` (its newest ``n`` rows
-    within ``window``, ``(lookup, seq)`` bounds), read first from the newest partition's
-    width of seqs at or below ``top`` (the head, or the cursor), then, if that
-    comes up short, from below it.
-
-    Why: PostgreSQL plans a scan of every partition a statement may read before
-    run-time pruning skips them. A page merged from a reader's namespaces is up to
-    five scans of the changeset table, so at ten million changesets (13 partitions)
-    its planning cost more than its execution (4.5 ms against 1.4), and a page off
-    one index planned in 1-3 ms and ran in a fraction of one. With the window's
-    bounds as literals, the first statement is pruned when planned to the one or
-    two partitions it spans; a page it cannot fill pays for a second, whole, plan
-    (and a read of the head: a trivial statement).
-    ``top`` None: no bound known, one read of it all.
-    """
-    if top is None:
-        return read([], limit)
-    low = top - partitions.width()
-    page = read([("gt", low), ("lte", top)] if low > 0 else [("lte", top)], limit)
-    if len(page) < limit and low > 0:
-        page += read([("lte", low)], limit - len(page))
-    return page
 
 
 def _page_source(
@@ -319,116 +278,6 @@ def changeset_get(*, changeset_id: str, namespaces: Sequence[str] | None) -> Cha
         return None
     boundary.check_seq(changeset.seq, "That changeset is archived.")
     return changeset
-
-
-def changeset_ops(
-    *,
-    changeset: Changeset,
-    namespaces: Sequence[str] | None,
-    after_id: int | None = None,
-    limit: int,
-) -> list[Revision]:
-    """One page of the ops the caller may read, in the changeset's op order
-    (revision id: the order they were written), after revision ``after_id``.
-
-    Only the columns an op shows are read; the JSON images stay on disk.
-    """
-    qs = _visible_revisions(
-        changeset, namespaces, sees_all=sees_every_namespace(changeset, namespaces)
-    )
-    if after_id is not None:
-        qs = qs.filter(id__gt=after_id)
-    return list(qs.only(*OP_FIELDS).order_by("id")[:limit])
-
-
-def visible_op_counts(
-    *, changesets: Sequence[Changeset], namespaces: Sequence[str] | None
-) -> dict[Any, int]:
-    """Per changeset id, how many of its ops the caller may read (one query at most).
-
-    A changeset the caller reads whole counts ``op_count`` without a query;
-    the others count their readable revisions off the ``revision_seq_entity``
-    index (by their seqs: :func:`revisions_of`), in one grouped statement.
-    """
-    counts: dict[Any, int] = {}
-    partial: list[Changeset] = []
-    for changeset in changesets:
-        if sees_every_namespace(changeset, namespaces):
-            counts[changeset.id] = changeset.op_count
-        else:
-            partial.append(changeset)
-            counts[changeset.id] = 0
-    if partial and namespaces is not None:
-        rows = (
-            Revision.objects.filter(
-                seq__in=[c.seq for c in partial],
-                changeset_id__in=[c.id for c in partial],
-                namespace__in=list(namespaces),
-            )
-            .values("changeset_id")
-            .annotate(n=Count("id"))
-            .values_list("changeset_id", "n")
-        )
-        counts.update(rows)
-    return counts
-
-
-def first_ops(
-    *, changesets: Sequence[Changeset], namespaces: Sequence[str] | None, limit: int
-) -> dict[Any, list[Revision]]:
-    """Per changeset id, the first ``limit`` ops the caller may read, in op order.
-
-    One statement for the whole page: a ``LATERAL`` subquery per changeset
-    with its own ``LIMIT``, so a page of changesets costs at most ``limit``
-    rows each to return, however many ops they hold. Each finds its rows by
-    the changeset's seq (:func:`revisions_of`): one partition, one index range.
-    The page's seqs are given again as a literal list, so the revision table's
-    partitions are pruned when the statement is planned: by ``c.seq`` alone
-    they are pruned only when it runs, after every partition was planned for
-    (1.4 ms of planning at four partitions).
-    """
-    out: dict[Any, list[Revision]] = {c.id: [] for c in changesets}
-    if not changesets:
-        return out
-    table = Revision._meta.db_table
-    columns = ", ".join(f"r.{name}" for name in OP_FIELDS)
-    sql = (
-        f"SELECT {columns} FROM unnest(%s::uuid[], %s::int8[], %s::boolean[])"
-        " AS c(id, seq, whole)"
-        f" CROSS JOIN LATERAL (SELECT {columns} FROM {table} r"
-        " WHERE r.seq = c.seq AND r.changeset_id = c.id AND r.seq = ANY(%s::int8[])"
-        " AND (c.whole OR r.namespace = ANY(%s::text[]))"
-        " ORDER BY r.id LIMIT %s) r ORDER BY r.id"
-    )
-    params = [
-        [c.id for c in changesets],
-        [c.seq for c in changesets],
-        [sees_every_namespace(c, namespaces) for c in changesets],
-        sorted({c.seq for c in changesets}),
-        list(namespaces or []),
-        limit,
-    ]
-    for revision in Revision.objects.raw(sql, params):
-        out[revision.changeset_id].append(revision)
-    return out
-
-
-def changeset_revisions(
-    *,
-    changeset: Changeset,
-    namespaces: Sequence[str] | None,
-    after_id: int | None = None,
-    limit: int | None = None,
-) -> list[Revision]:
-    """The revision rows (images included) the caller may read, in op order;
-    a page of ``limit`` after revision ``after_id``, or all of them."""
-    qs = _visible_revisions(
-        changeset, namespaces, sees_all=sees_every_namespace(changeset, namespaces)
-    )
-    if after_id is not None:
-        qs = qs.filter(id__gt=after_id)
-    qs = qs.order_by("id")
-    return list(qs if limit is None else qs[:limit])
 
 
 def log_head() -> LogHead | None:

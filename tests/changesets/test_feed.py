@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp
-from changesets.selectors import feed
+from changesets.selectors import feed, feed_values
 from changesets.services.apply import changeset_apply
 from entities.store import baseline
 from tests.changesets.helpers import key
@@ -177,10 +177,10 @@ def test_values_compare_as_json_not_as_python(api, staff, namespace, write):
 
 
 def test_changed_values_unit():
-    assert feed.changed_values(None, {"a": 1}) == ({}, {"a": 1})
-    assert feed.changed_values({"a": 1}, None) == ({"a": 1}, {"a": None})
-    assert feed.changed_values({"a": 1, "b": 2}, {"a": 1, "b": 3}) == ({"b": 2}, {"b": 3})
-    assert feed.changed_values({"a": {"x": 1}}, {"a": {"x": 1}}) == ({}, {})
+    assert feed_values.changed_values(None, {"a": 1}) == ({}, {"a": 1})
+    assert feed_values.changed_values({"a": 1}, None) == ({"a": 1}, {"a": None})
+    assert feed_values.changed_values({"a": 1, "b": 2}, {"a": 1, "b": 3}) == ({"b": 2}, {"b": 3})
+    assert feed_values.changed_values({"a": {"x": 1}}, {"a": {"x": 1}}) == ({}, {})
 
 
 @pytest.mark.parametrize("capture", ["", "everything", "NEW_ROW"])

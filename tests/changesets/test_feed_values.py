@@ -1,4 +1,4 @@
-"""``feed.changed_values`` compares as JSON, not as Python (issue 17 gave it a
+"""``feed_values.changed_values`` compares as JSON, not as Python (issue 17 gave it a
 fast path for unchanged scalars: these pin that the fast path keeps JSON's
 distinctions)."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from changesets.selectors import feed
+from changesets.selectors import feed_values as feed
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,7 @@ def test_a_namespace_filter_pages_through_exactly_its_changesets(log, name):
 @pytest.mark.parametrize("width", [1_000_000, 50, 7])
 def test_a_scoped_readers_list_is_every_changeset_she_can_see_once(log, settings, width):
     # A merged page is read first within a partition's width below its start, then
-    # below that (``log.newest_in_window``): narrow widths cross that line on most pages.
+    # below that (``bounds.newest_in_window``): narrow widths cross that line on most pages.
     settings.ATLAS_LOG_PARTITION_SEQS = width
     for size in (1, 2, 3):
         for names in combinations(NAMES, size):

@@ -107,7 +107,7 @@ def assert_seek(plan: dict[str, Any], *, most: int = 1_000) -> None:
 
 def only_sql(call: Any) -> tuple[Any, str]:
     """The result of ``call()`` and the one statement it ran, besides a read of the
-    log head (where a merged list page starts: ``log.newest_in_window``) and the
+    log head (where a merged list page starts: ``bounds.newest_in_window``) and the
     resolution of its time bounds to seqs (``bounds.resolve``)."""
     with CaptureQueriesContext(connection) as queries:
         result = call()

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from changesets.canonical import canonical
 from changesets.models import Op, Revision
-from changesets.selectors import feed, keys
+from changesets.selectors import feed_values, keys
 from changesets.selectors.log import entity_history
 from changesets.undo import before_image, jsonb_key_order
 from entities.validation import as_stored
@@ -235,13 +235,13 @@ def test_changed_values_from_the_stored_form_are_the_long_ways(pair):
     a = json.loads(json.dumps(dict(sorted(after.items(), key=jsonb_key_order))))
     undo = {k: v for k, v in b.items() if k not in a or json.dumps(a[k]) != json.dumps(v)}
     gone = [k for k in a if k not in b] or None
-    fast = feed.stored_changed_values(Op.UPDATE, a, undo or None, gone)
-    slow = feed.changed_values(b, a)
+    fast = feed_values.stored_changed_values(Op.UPDATE, a, undo or None, gone)
+    slow = feed_values.changed_values(b, a)
     assert [ordered(x) for x in fast] == [ordered(x) for x in slow]
     for op, image_b, image_a in (("create", None, a), ("delete", b, None)):
-        fast = feed.stored_changed_values(op, image_a, image_b, None)
+        fast = feed_values.stored_changed_values(op, image_a, image_b, None)
         assert [ordered(x) for x in fast] == [
-            ordered(x) for x in feed.changed_values(image_b, image_a)
+            ordered(x) for x in feed_values.changed_values(image_b, image_a)
         ]
 
 

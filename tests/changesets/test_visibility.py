@@ -235,7 +235,7 @@ def test_a_list_page_costs_the_same_queries_however_many_ops_its_changesets_hold
 ):
     for n in range(3):
         write_batch(root, [f"{NS}/o/a{n}-{i:03d}" for i in range(120)] + [f"{NS2}/i/x{n}"])
-    # auth + roles + the log head (where the merged page starts: log.newest_in_window)
+    # auth + roles + the log head (where the merged page starts: bounds.newest_in_window)
     # + the page + its first ops + the partial readers' counts
     with django_assert_max_num_queries(6):
         results = partial.get(f"{API}/changesets").json()["results"]
