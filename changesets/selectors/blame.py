@@ -187,7 +187,8 @@ def _walk(
         # The authors by the batch's seqs: one statement, pruned to their partitions.
         briefs = changeset_briefs(row[2] for row in rows)
         for changed, changeset_id, seq, at in rows:
-            yield _Step(changed, changeset_id, seq, at, briefs[seq][0])
+            if seq in briefs:  # (else archived since it was read: ``rows.with_briefs``)
+                yield _Step(changed, changeset_id, seq, at, briefs[seq][0])
         if len(rows) < batch:
             return
         bound, strictly_below = rows[-1][2], True

@@ -259,6 +259,9 @@ def feed_page(
         rows, full = _page_rows(after_seq, namespaces, limit)
     changesets = _changesets(rows)
     mark = watermark()
+    # (A row whose changeset went after it was read, archived, is left out, as the
+    # join of the two tables left it out: ``rows.with_briefs``.)
+    rows = [row for row in rows if row["seq"] in changesets]
     records = [_record(row, changesets[row["seq"]], capture) for row in rows]
     last_seq = rows[-1]["seq"] if rows else after_seq
     return FeedPage(

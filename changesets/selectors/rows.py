@@ -138,7 +138,9 @@ def with_briefs(rows: Sequence[Sequence[Any]]) -> list[HistoryRow]:
     """Rows of :data:`VALUES` (or :data:`ROW_COLUMNS`) as history rows, each
     with its changeset's brief: one statement for them all (the module says why)."""
     briefs = changeset_briefs({r[2] for r in rows})
-    return [row_of(r, briefs[r[2]]) for r in rows]
+    # A revision whose changeset went between the two statements (an archive cut
+    # removes both after its grace period) is left out, as the join left it out.
+    return [row_of(r, briefs[r[2]]) for r in rows if r[2] in briefs]
 
 
 def changeset_briefs(seqs: Iterable[int]) -> dict[int, tuple[str, str, str]]:
