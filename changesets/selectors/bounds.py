@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from django.db.models import BigIntegerField
+from django.db.models import BigIntegerField, QuerySet
 from django.db.models.expressions import RawSQL
 
 from atlas.replicas import read_connection
@@ -21,6 +21,7 @@ from changesets.archive import boundary
 from changesets.models import LogHead
 
 T = TypeVar("T")
+QS = TypeVar("QS", bound="QuerySet[Any, Any]")
 
 
 def end_of_millisecond(at: datetime) -> datetime:
@@ -47,11 +48,6 @@ def seq_upto(at: datetime) -> RawSQL:
     subquery, so PostgreSQL runs the search once per statement, never per row.
     """
     return _seq_bound(end_of_millisecond(at), upper=True)
-
-
-def seq_from(at: datetime) -> RawSQL:
-    """The first seq at or after ``at``: the other end of a time bound (:func:`seq_upto`)."""
-    return _seq_bound(at, upper=False)
 
 
 def _seq_bound(at: datetime, *, upper: bool) -> RawSQL:
@@ -116,6 +112,11 @@ def resolve(*, since: datetime | None, until: datetime | None) -> dict[str, int]
 def log_head_seq() -> int | None:
     """The log head's seq; None without a head row (a log Atlas did not write)."""
     return LogHead.objects.filter(pk=1).values_list("seq", flat=True).first()
+
+
+def within(qs: QS, window: list[tuple[str, int]]) -> QS:
+    """``qs`` within ``window``'s ``(lookup, seq)`` bounds (:func:`newest_in_window`)."""
+    return qs.filter(**{f"seq__{lookup}": seq for lookup, seq in window})
 
 
 def newest_in_window(

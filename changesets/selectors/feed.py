@@ -31,7 +31,7 @@ from atlas.exceptions import BadRequest
 from changesets import partitions
 from changesets.archive import boundary as cuts
 from changesets.models import BASELINE, Capture, Changeset, Revision
-from changesets.selectors.bounds import log_head_seq
+from changesets.selectors.bounds import log_head_seq, newest_in_window, within
 from changesets.selectors.feed_values import stored_changed_values
 from changesets.selectors.rows import AT_MICROS, from_micros
 
@@ -125,22 +125,21 @@ def watermark() -> dict[str, Any]:
     """The newest committed baseline changeset, whatever any filter says.
 
     Sought first among the newest partition's width of seqs at or below the log
-    head, then below: with literal bounds the statement is planned over the one
+    head, then below (:func:`~changesets.selectors.bounds.newest_in_window`): with
+    literal bounds the statement is planned over the one
     or two partitions they span, where newest-first over the whole table it was
     planned over every partition (1 ms at ten million changesets, for a row the
     newest partition holds unless the log's last million changesets were all on
     branches).
     """
     baseline = Changeset.objects.filter(branch=BASELINE).order_by("-seq")
-    head = log_head_seq()
-    low = 0 if head is None else head - partitions.width()
-    row = None
-    if head is not None:
-        window = baseline.filter(seq__gt=low, seq__lte=head)
-        row = window.values_list("id", "seq", "at").first()
-    if row is None and (head is None or low > 0):  # (no head: a log not written by Atlas)
-        rest = baseline if head is None else baseline.filter(seq__lte=low)
-        row = rest.values_list("id", "seq", "at").first()
+    newest = baseline.values_list("id", "seq", "at")
+
+    def read(window: list[tuple[str, int]], n: int) -> list[tuple[Any, ...]]:
+        return list(within(newest, window)[:n])
+
+    found = newest_in_window(read, top=log_head_seq(), limit=1)
+    row = found[0] if found else None
     if row is None:
         return {"seq": 0, "changeset_id": None, "at": None}
     return {"seq": row[1], "changeset_id": str(row[0]), "at": rfc3339(row[2])}

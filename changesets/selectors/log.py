@@ -23,7 +23,7 @@ from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase, ArchiveCut
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
 from changesets.selectors import by_namespace
-from changesets.selectors.bounds import log_head_seq, newest_in_window, page_bounds
+from changesets.selectors.bounds import log_head_seq, newest_in_window, page_bounds, within
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
 
@@ -203,8 +203,7 @@ def _read_page(
             return by_namespace.newest_touching(
                 merge_over, branch=branch, seq_bounds=list(bounds.items()), window=window, limit=n
             )
-        within = qs.filter(**{f"seq__{lookup}": seq for lookup, seq in window})
-        return list(within.order_by("-seq")[:n])
+        return list(within(qs, window).order_by("-seq")[:n])
 
     if not windowed:
         return read([], limit)
