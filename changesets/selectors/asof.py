@@ -36,7 +36,7 @@ from atlas.replicas import read_connection
 from changesets import partitions
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset
-from changesets.selectors.bounds import end_of_millisecond, seq_upto
+from changesets.selectors.bounds import resolve, seq_upto
 from changesets.selectors.log import visible_changesets
 from changesets.selectors.rows import from_micros
 from entities.store import EntityKey, StoredEntity, entity_filters, load_json
@@ -190,11 +190,10 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
         return newest.order_by("-seq").first()
     if not namespaces:
         return None
-    with read_connection().cursor() as cursor:
-        cursor.execute("SELECT atlas_seq_bound(%s::timestamptz, true)", [end_of_millisecond(at)])
-        bound = cursor.fetchone()[0]
-    if bound is None:  # nothing is that old
+    resolved = resolve(since=None, until=at)
+    if resolved is None:  # nothing is that old
         return None
+    bound = resolved["lte"]
     params: dict[str, Any] = {"ns": list(namespaces)}
     arms = [_AS_OF_WIDE_ARM]
     for i, name in enumerate(namespaces):
