@@ -165,11 +165,14 @@ def _walk(
     leaf (every row it returns resolves a leaf, unless an earlier row of the same
     statement resolved it first), at most ``BLAME_BATCH``: the entity's newest
     revisions below the bound walked off ``revision_history``, then, if they
-    came up short, the open leaves' posting lists below them
-    (``entity_keys.entity_walk_then_probe``). Leaves open after the walk are the ones
-    rarely written, most often those the create set: walked for, the busy
-    entity of the scale bench cost a read of all its 18,530 revisions at 1M
-    changesets (63 ms, 15,464 buffers), where the posting lists hold one."""
+    came up short, the updates below them on the open leaves' posting lists,
+    back to the entity's newest create, and that create
+    (``entity_keys.entity_walk_then_probe``, ``create_ends``). Leaves open after
+    the walk are the ones rarely written, most often those the create set:
+    walked for, the busy entity of the scale bench cost a read of all its
+    18,530 revisions at 1M changesets (63 ms, 15,464 buffers); probed on lists
+    that held the namespace's creates too, a read of its history and of every
+    create (47 ms at 10M)."""
     fields = f"string_to_array({_T}.changed, '~2'), {_T}.changeset_id, {_T}.seq, {_T}.at"
     entity, entity_args = entity_keys.entity_where(key, branch)
     while leaves := still_open():
@@ -179,8 +182,9 @@ def _walk(
             args.append(bound)
         batch = min(BLAME_BATCH, 4 * len(leaves) + 16)
         sql, params = entity_keys.entity_walk_then_probe(
-            (where, args), key, leaves, branch=branch, limit=batch, columns=fields
-        )
+            (where, args), key, leaves, branch=branch, limit=batch, columns=fields,
+            create_ends=True,
+        )  # fmt: skip
         with read_connection().cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()

@@ -4,10 +4,10 @@ namespace (blame, which reads ``changed`` too, is ``changesets.selectors.blame``
 Every revision stores its ``changed`` pointers (migration 0013). The key rule
 of API.md ("some changed P equals the key, lies inside it, or contains it")
 is one array overlap on the GIN index ``revision_changed_keys``:
-``atlas_key_terms(branch, namespace, changed) && atlas_key_query(branch,
-namespace, key)`` (both SQL functions of that migration, so the terms the
-index holds and the terms a query asks for are defined side by side). The
-key ``""`` is the whole document: every revision that changed anything.
+``atlas_key_terms(branch, namespace, changed, op) && atlas_key_query(branch,
+namespace, key)`` (migrations 0013, 0039: index terms and query terms defined side
+by side; ``atlas_update_key_query`` asks for an update's terms alone, for blame).
+The key ``""`` is the whole document: every revision that changed anything.
 
 Callers pass what the reader may see: these functions filter by branch and
 namespace; the namespace's readability is the view's to check (invariant 8).
@@ -39,7 +39,7 @@ from changesets.selectors.rows import (
 _T = "changesets_revision"
 # The index expression of ``revision_changed_keys``, spelled as the migration does
 # (the planner matches it).
-KEY_TERMS = f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed)"
+KEY_TERMS = f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed, {_T}.op)"
 # The key rule on that index: its terms overlap the query's (parameters: branch,
 # namespace, key).
 KEY_RULE = f"{KEY_TERMS} && atlas_key_query(%s, %s, %s)"

@@ -242,14 +242,25 @@ def test_index_terms_match_the_key_rule_on_random_pointers(db):
         cases.append((changed, probe))
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT atlas_key_terms('', 'ns', ARRAY(SELECT jsonb_array_elements_text(c.v->0)))"
-            " && atlas_key_query('', 'ns', c.v->>1)"
-            " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS c(v, n) ORDER BY n",
+            "SELECT atlas_key_terms('', 'ns', array_to_string(ARRAY("
+            "SELECT jsonb_array_elements_text(c.v->0)), '~2'), op)"
+            " && atlas_key_query('', 'ns', c.v->>1),"
+            " atlas_key_terms('', 'ns', array_to_string(ARRAY("
+            "SELECT jsonb_array_elements_text(c.v->0)), '~2'), op)"
+            " && atlas_update_key_query('', 'ns', c.v->>1)"
+            " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS c(v, n),"
+            " unnest(ARRAY['update', 'create', 'delete']) AS op ORDER BY n, op",
             [json.dumps(cases)],
         )
-        answers = [row[0] for row in cursor.fetchall()]
-    for (changed, probe), answer in zip(cases, answers, strict=True):
-        assert answer == any(pointers.relates(p, probe) for p in changed), (changed, probe)
+        answers = cursor.fetchall()
+    # Per case: create, delete, update (the order of the op names).
+    for i, (changed, probe) in enumerate(cases):
+        expected = any(pointers.relates(p, probe) for p in changed)
+        whole_images, update = answers[3 * i : 3 * i + 2], answers[3 * i + 2]
+        # The key rule holds for every op; the update query (migration 0039) finds
+        # an update's terms and never a create's or a delete's.
+        assert update == (expected, expected), (changed, probe)
+        assert whole_images == [(expected, False)] * 2, (changed, probe)
 
 
 def test_the_key_query_can_use_the_gin_index(api, spread):
@@ -260,7 +271,8 @@ def test_the_key_query_can_use_the_gin_index(api, spread):
         cursor.execute("SET LOCAL enable_indexscan = off")
         cursor.execute(
             "EXPLAIN SELECT id FROM changesets_revision"
-            " WHERE atlas_key_terms(branch, namespace, changed) && atlas_key_query('', %s, '/a')",
+            " WHERE atlas_key_terms(branch, namespace, changed, op)"
+            " && atlas_key_query('', %s, '/a')",
             [NS],
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())

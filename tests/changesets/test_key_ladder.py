@@ -217,7 +217,7 @@ def test_the_walks_key_test_is_the_index_rule_on_every_pointer_shape():
         for keyset in [[k] for k in SHAPES] + [["/a/b", "/b"], ["/a/", "//", "/é"]]:
             sql, params = keys.touching(keyset)
             index_rule = " OR ".join(
-                "atlas_key_terms('', 'ns', changesets_revision.changed)"
+                "atlas_key_terms('', 'ns', changesets_revision.changed, 'update')"
                 " && atlas_key_query('', 'ns', %s)"
                 for _ in keyset
             )

@@ -80,7 +80,7 @@ def test_changed_keys_migrate_onto_a_log_with_revisions(staff, namespace, write)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM changesets_revision WHERE atlas_key_terms(branch, namespace,"
-            " changed) && atlas_key_query(branch, namespace, '/x')"
+            " changed, op) && atlas_key_query(branch, namespace, '/x')"
         )
         assert cursor.fetchone()[0] == 2
 
