@@ -1,6 +1,6 @@
 """Planning against running: the statements of the pages that read both log tables.
 
-    .venv/bin/python bench/planning.py [--sizes 100k,1m,10m] [--runs 9]
+    .venv/bin/python bench/planning.py [--sizes 100k,1m,10m] [--runs 9] [--only blame]
     .venv/bin/python bench/planning.py --smoke          # 2k changesets, for CI
 
 Both log tables are range-partitioned by seq (migrations 0025 and 0038), and
@@ -104,7 +104,7 @@ def _explain(sql: str, params: Any) -> tuple[float, float]:
     return statistics.median(planning), statistics.median(execution)
 
 
-def measure_size(size: str, runs: int) -> dict[str, Any]:
+def measure_size(size: str, runs: int, only: str = "") -> dict[str, Any]:
     """Every page at one size (this process's database): p50, statements, planning, running."""
     import scale
 
@@ -122,6 +122,8 @@ def measure_size(size: str, runs: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {"partitions": len(partitions.partitions()), "pages": {}}
     for name, call in _pages().items():
+        if only not in name:
+            continue
         for _ in range(3):
             call()
         times = []
@@ -158,7 +160,7 @@ def report(results: dict[str, dict[str, Any]], argv: list[str]) -> str:
         f"| page | {head} |",
         "|---|" + "---|" * len(sizes),
     ]
-    for page in PAGES:
+    for page in [p for p in PAGES if p in results[sizes[0]]["pages"]]:
         cells = []
         for size in sizes:
             r = results[size]["pages"][page]
@@ -176,11 +178,12 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="2k changesets, 3 runs")
     parser.add_argument("--doc", help="write the section here (default docs/benchmarks.md)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--only", default="", help="only the pages whose name holds this")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: one size, JSON out
     args = parser.parse_args()
     bench_env()
     if args.one:
-        print(json.dumps(measure_size(args.one, args.runs)))
+        print(json.dumps(measure_size(args.one, args.runs, args.only)))
         return
     sizes = ["2k"] if args.smoke else args.sizes.split(",")
     runs = 3 if args.smoke else args.runs
@@ -188,7 +191,7 @@ def main() -> None:
     for size in sizes:
         print(f"{size} ...", flush=True)
         child = subprocess.run(
-            [sys.executable, __file__, "--one", size, "--runs", str(runs)],
+            [sys.executable, __file__, "--one", size, "--runs", str(runs), "--only", args.only],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         sys.stderr.write(child.stderr)
