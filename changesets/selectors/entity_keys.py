@@ -76,18 +76,77 @@ def entity_where(key: EntityKey, branch: str) -> tuple[str, list[Any]]:
 def _walk_then_probe(
     key: EntityKey, pointer: str, branch: str, before_seq: int | None, limit: int
 ) -> list[HistoryRow]:
-    """:func:`entity_key_history` for a pointer, off :func:`entity_walk_then_probe`."""
+    """:func:`entity_key_history` for a pointer: the walk, then, only if the page
+    came up short below a full window, the probe (:func:`_probe`) under the
+    window's oldest seq, a literal.
+
+    The walk's statement also returns the window's size and oldest seq (one row
+    even when nothing in it matched). One statement of both, as blame sends
+    (:func:`entity_walk_then_probe`), planned its probe over every partition for
+    every page, most of which the walk fills."""
     entity, entity_args = entity_where(key, branch)
     if before_seq is not None:
         entity += f" AND {_T}.seq < %s"
         entity_args.append(before_seq)
-    sql, args = entity_walk_then_probe(
-        (entity, entity_args), key, [pointer], branch=branch, limit=limit, columns=ROW_COLUMNS
+    rule, rule_args = touching([pointer])
+    walk = (
+        f"WITH win AS MATERIALIZED (SELECT * FROM {_T} WHERE {entity}"
+        f" ORDER BY {_T}.seq DESC LIMIT {ENTITY_KEY_WINDOW:d})"
+        " SELECT w.n, w.low, p.* FROM (SELECT count(*) AS n, min(seq) AS low FROM win) w"
+        # ``win`` holds its rows newest first, as the blame statement's walk reads them:
+        # no sort of the window for the page.
+        f" LEFT JOIN LATERAL (SELECT {ROW_COLUMNS} FROM win {_T} WHERE {rule} LIMIT %s) p"
+        " ON true"
     )
     with read_connection().cursor() as cursor:
-        cursor.execute(sql, args)
-        rows = cursor.fetchall()
+        cursor.execute(walk, [*entity_args, *rule_args, limit])
+        fetched = cursor.fetchall()
+    size, low = fetched[0][0], fetched[0][1]
+    rows = [r[2:] for r in fetched if r[2 + 2] is not None]  # (ROW_COLUMNS: seq third)
+    rows.sort(key=lambda r: r[2], reverse=True)
+    if len(rows) < limit and size >= ENTITY_KEY_WINDOW:
+        rows += _probe((entity, entity_args), key, pointer, branch, low, limit - len(rows))
     return with_briefs(rows)
+
+
+def _probe(
+    entity: tuple[str, list[Any]],
+    key: EntityKey,
+    pointer: str,
+    branch: str,
+    low: int,
+    limit: int,
+) -> list[Sequence[Any]]:
+    """The entity's newest ``limit`` revisions below seq ``low`` that touched
+    ``pointer``: its updates off the posting lists of an update's terms
+    (``atlas_update_key_query``, migration 0039), its creates and deletes off its
+    own rows (``revision_creates``, ``revision_deletes``), tested by the rule.
+
+    A create's ``changed`` names every top-level member, so the posting lists of
+    every revision held the namespace's creates: a member set at create and
+    never since (history by ``/name`` of the scale bench's busy entity) cost a
+    read of all of them, ANDed with the entity's whole history, 35 ms at 10M
+    changesets. ``whole`` has no order and no limit, so it is planned to read
+    all the entity's creates and deletes there (an entity has few); planned for
+    the newest alone, the history index walked back with a filter on ``op`` was
+    as likely."""
+    where, where_args = entity
+    rule, rule_args = touching([pointer])
+    below = f"{where} AND {_T}.seq < %s"
+    below_args = [*where_args, low]
+    sql = (
+        f"WITH whole AS MATERIALIZED (SELECT * FROM {_T} WHERE {below} AND {_T}.op = 'create'"
+        f" UNION ALL SELECT * FROM {_T} WHERE {below} AND {_T}.op = 'delete')"
+        f" SELECT {ROW_COLUMNS} FROM ((SELECT * FROM {_T} WHERE {below}"
+        f" AND {KEY_TERMS} && atlas_update_key_query(%s, %s, %s)"
+        f" ORDER BY {_T}.seq DESC LIMIT %s)"
+        f" UNION ALL (SELECT * FROM whole {_T} WHERE {rule})) {_T}"
+        f" ORDER BY {_T}.seq DESC LIMIT %s"
+    )
+    args = [*below_args, *below_args, *below_args, branch, key.namespace, pointer, limit]
+    with read_connection().cursor() as cursor:
+        cursor.execute(sql, [*args, *rule_args, limit])
+        return cursor.fetchall()
 
 
 def entity_walk_then_probe(

@@ -19,7 +19,8 @@ from django.db import connection
 
 from changesets import pointers
 from changesets.models import Revision, Rpc
-from changesets.ops import PutOp
+from changesets.ops import DeleteOp, PutOp
+from changesets.selectors import entity_keys
 from changesets.services.apply import changeset_apply
 from entities.store import baseline
 from tests.atlas.test_errors import assert_problem
@@ -89,6 +90,46 @@ def test_history_by_key_pages(api, story):
     # A token belongs to its key.
     other = api.get(f"{URL}/history", {"key": "/d", "page_token": first["next_page_token"]})
     assert_problem(other, 400, pointer="/page_token")
+
+
+def test_history_by_key_below_the_walk_keeps_the_rule_across_lives(
+    api, staff, namespace, monkeypatch
+):
+    """Below the walk (a window of 7 here), history by key reads an update off the
+    update terms' posting lists and a create or a delete off the entity's own rows
+    (``entity_keys._probe``, migration 0039). Every key and page, across a delete
+    and a re-create, against the rule applied to every revision of the entity."""
+    monkeypatch.setattr(entity_keys, "ENTITY_KEY_WINDOW", 7)
+    changeset_apply(  # other entities' creates of /a, in the same posting lists
+        store=baseline,
+        actor=staff,
+        ops=[PutOp(key(f"{NS}/item/other-{i}"), {"a": i, "n": 0}) for i in range(30)],
+        rpc=Rpc.BATCH_MUTATE,
+    )
+    path = f"{NS}/item/busy"
+    put(staff, path, {"a": {"b": 0}, "n": 0})
+    put(staff, path, {"a": {"b": 1}, "n": 0})
+    changeset_apply(store=baseline, actor=staff, ops=[DeleteOp(key(path))], rpc=Rpc.DELETE_ENTITY)
+    put(staff, path, {"a": {"b": 1}, "n": 0})
+    for i in range(1, 20):
+        put(staff, path, {"a": {"b": 1}, "n": i})
+    put(staff, path, {"a": {"b": 2, "c": 1}, "n": 20})
+    revisions = Revision.objects.filter(namespace=NS, kind="item", slug="busy").order_by("-seq")
+    for pointer in ["/a", "/a/b", "/a/c", "/n", "/z", ""]:
+        expected = [
+            r.seq
+            for r in revisions
+            if (any(pointers.relates(p, pointer) for p in r.changed) if pointer else r.changed)
+        ]
+        got, token = [], None
+        while True:
+            params = {"key": pointer, "page_size": 3, **({"page_token": token} if token else {})}
+            body = api.get(f"{API}/entities/{path}/history", params).json()
+            got += [r["seq"] for r in body["results"]]
+            if not (token := body["next_page_token"]):
+                break
+        assert got == expected, pointer
+    assert len(history_seqs(api, "/a", url=f"{API}/entities/{path}")) == 5
 
 
 @pytest.mark.parametrize("bad", ["a", "/a~", "/a~2b", "/x" * 1001])
