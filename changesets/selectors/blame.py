@@ -167,7 +167,7 @@ def _walk(
     revisions below the bound walked off ``revision_history``, then, if they
     came up short, the updates below them on the open leaves' posting lists,
     back to the entity's newest create, and that create
-    (``entity_keys.entity_walk_then_probe``, ``create_ends``). Leaves open after
+    (``entity_keys.entity_walk_then_probe``). Leaves open after
     the walk are the ones rarely written, most often those the create set:
     walked for, the busy entity of the scale bench cost a read of all its
     18,530 revisions at 1M changesets (63 ms, 15,464 buffers); probed on lists
@@ -182,9 +182,8 @@ def _walk(
             args.append(bound)
         batch = min(BLAME_BATCH, 4 * len(leaves) + 16)
         sql, params = entity_keys.entity_walk_then_probe(
-            (where, args), key, leaves, branch=branch, limit=batch, columns=fields,
-            create_ends=True,
-        )  # fmt: skip
+            (where, args), key, leaves, branch=branch, limit=batch, columns=fields
+        )
         with read_connection().cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()

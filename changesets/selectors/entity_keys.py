@@ -1,9 +1,10 @@
-"""An entity's history filtered by a key, and the statement blame shares with it.
+"""An entity's history filtered by a key, and blame's statement, which walks alike.
 
 A busy entity's revisions are many and a GIN index cannot return a key's
-newest first: the statement walks the entity's newest revisions, then reads
-the key's posting list below them (:func:`entity_walk_then_probe`). Callers
-pass what the reader may see (invariant 8 is the view's to check).
+newest first: both walk the entity's newest revisions, then read the key's
+posting lists below them (:func:`entity_key_history`,
+:func:`entity_walk_then_probe`). Callers pass what the reader may see
+(invariant 8 is the view's to check).
 """
 
 from __future__ import annotations
@@ -157,78 +158,50 @@ def entity_walk_then_probe(
     branch: str,
     limit: int,
     columns: str,
-    create_ends: bool = False,
 ) -> tuple[str, list[Any]]:
-    """The statement, and its parameters, of the newest ``limit`` revisions matching
-    ``entity`` (SQL over the revision table: one entity's revisions, and bounds)
-    that touched any of ``pointers`` (the key rule), newest first, ``columns``
-    of :data:`~changesets.selectors.rows.ROW_COLUMNS`'s names (the revision's only:
-    the caller reads the page's changesets by their seqs). Two arms: a walk of
-    ``ENTITY_KEY_WINDOW`` of them, the rule tested on each row (:func:`touching`),
-    then, if that came up short, the key's posting lists below the walk
-    (:func:`entity_key_history` says why).
+    """Blame's statement, and its parameters: the newest ``limit`` revisions
+    matching ``entity`` (SQL over the revision table: one entity's revisions, and
+    bounds) that touched any of ``pointers`` (the key rule), newest first,
+    ``columns`` of :data:`~changesets.selectors.rows.ROW_COLUMNS`'s names (the
+    revision's only: the caller reads the page's changesets by their seqs).
 
-    ``create_ends`` (blame) reads, below the walk, only as far back as the
-    entity's newest create there (off ``revision_creates``): the updates after
-    it off their own posting lists (``atlas_update_key_query``, migration 0039),
-    then the create, which touched every leaf the content has. The lists of
-    every revision held the namespace's creates, each of which names every
-    top-level member: a member set at create and never since cost a read of
-    all of them, ANDed with the entity's whole history.
+    A walk of ``ENTITY_KEY_WINDOW`` of them (``win``), the rule tested on each row
+    (:func:`touching`); if that came up short and the window was full, below it
+    back to the entity's newest create (``born``, off ``revision_creates``) the
+    updates off their own posting lists (``atlas_update_key_query``, migration
+    0039), then that create, which touched every leaf the content has. The lists
+    of every revision held the namespace's creates: a member set at create and
+    never since cost a read of all of them, ANDed with the entity's history.
 
-    ``win`` is the window, read only as far as the walk pulls it (all of it if
-    the walk comes up short and the probe asks for its oldest seq); the probe
-    runs only if the window is full, since otherwise it held every revision
-    there is. Rows carry the revision's columns, aliased as the table, so the
-    page reads the revision table no second time."""
+    ``born`` has no order and no limit, so it is planned to read every create
+    below the walk (an entity has few); planned for the newest alone, the history
+    index walked back with a filter on ``op`` was as likely (it was, on a small
+    table). The probe's bounds are a filter (``seq + 0``): as the entity's index
+    range, with bounds known only when it runs, the planner guessed it at a few
+    hundred rows and read the entity's whole history first (18,330 at 1M
+    changesets, 7 ms), to AND with an update posting list that was empty. Rows
+    carry the revision's columns, aliased as the table: no second read."""
     where, where_args = entity
     rule, rule_args = touching(pointers)
     # One call a pointer, each folded to its terms when planned, so the planner
     # estimates the overlap from the index's statistics.
-    query = "atlas_update_key_query" if create_ends else "atlas_key_query"
-    posting = f"{KEY_TERMS} && (" + " || ".join([f"{query}(%s, %s, %s)"] * len(pointers)) + ")"
+    calls = " || ".join(["atlas_update_key_query(%s, %s, %s)"] * len(pointers))
     posting_args = [arg for p in pointers for arg in (branch, key.namespace, p)]
-    window = ENTITY_KEY_WINDOW
-    probe, born = _below_walk(where, posting, create_ends)
-    born_args = list(where_args) if create_ends else []
+    full = f"(SELECT count(*) FROM win) >= {ENTITY_KEY_WINDOW:d} AND {where}"
     sql = (
         f"WITH win AS MATERIALIZED (SELECT * FROM {_T} WHERE {where}"
-        f" ORDER BY {_T}.seq DESC LIMIT {window:d}){born},"
+        f" ORDER BY {_T}.seq DESC LIMIT {ENTITY_KEY_WINDOW:d}),"
+        f" born AS MATERIALIZED (SELECT * FROM {_T} WHERE {full}"
+        f" AND {_T}.seq < (SELECT min(seq) FROM win) AND {_T}.op = 'create'),"
         " page AS MATERIALIZED (SELECT * FROM ("
         f"(SELECT * FROM win {_T} WHERE {rule} LIMIT %s)"
-        " UNION ALL"
-        f" (SELECT * FROM {_T} WHERE {probe}"
+        f" UNION ALL (SELECT * FROM {_T} WHERE {full} AND {KEY_TERMS} && ({calls})"
+        f" AND {_T}.seq + 0 < (SELECT min(seq) FROM win)"
+        f" AND {_T}.seq + 0 > coalesce((SELECT max(seq) FROM born), 0)"
         f" ORDER BY {_T}.seq DESC LIMIT %s)"
-        + (" UNION ALL (SELECT * FROM born ORDER BY seq DESC LIMIT 1)" if born else "")
-        + ") arms LIMIT %s)"
+        " UNION ALL (SELECT * FROM born ORDER BY seq DESC LIMIT 1)"
+        ") arms LIMIT %s)"
         f" SELECT {columns} FROM page {_T} ORDER BY {_T}.seq DESC"
     )
-    args = [*where_args, *born_args, *rule_args, limit, *where_args, *posting_args, limit, limit]
+    args = [*where_args, *where_args, *rule_args, limit, *where_args, *posting_args, limit, limit]
     return sql, args
-
-
-def _below_walk(where: str, posting: str, create_ends: bool) -> tuple[str, str]:
-    """The probe's condition below the walk ``win``, and, if ``create_ends``, the CTE
-    ``born``: the entity's creates there (``where``'s parameters again).
-
-    ``born`` has no order and no limit, so it is planned to read every create
-    below the walk (off ``revision_creates``: an entity has few); the newest is
-    taken outside it. Planned for the newest alone, the history index walked
-    back with a filter on ``op`` was as likely (it was, on a small table),
-    reading every revision down to the create. In the probe the bounds are a
-    filter (``seq + 0``): as the entity's index range, with bounds known only
-    when it runs, the planner guessed it at a few hundred rows of the entity's
-    history and read all of it first (18,330 at 1M changesets, 7 ms), to AND
-    with an update posting list that was empty."""
-    full = f"(SELECT count(*) FROM win) >= {ENTITY_KEY_WINDOW:d} AND {where}"
-    if not create_ends:
-        return f"{full} AND {posting} AND {_T}.seq < (SELECT min(seq) FROM win)", ""
-    born = (
-        f", born AS MATERIALIZED (SELECT * FROM {_T} WHERE {full}"
-        f" AND {_T}.seq < (SELECT min(seq) FROM win) AND {_T}.op = 'create')"
-    )
-    probe = (
-        f"{full} AND {posting} AND {_T}.seq + 0 < (SELECT min(seq) FROM win)"
-        f" AND {_T}.seq + 0 > coalesce((SELECT max(seq) FROM born), 0)"
-    )
-    return probe, born
