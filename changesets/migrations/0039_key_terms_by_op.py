@@ -22,6 +22,8 @@ takes: writers wait; docs/deploy.md has the time at 10M revisions), then the
 table analyzed.
 """
 
+import importlib
+
 from django.db import migrations
 
 KEY_TERMS_BY_OP = r"""
@@ -56,17 +58,13 @@ END
 $$;
 """
 
-# An update's terms for ``key``: ``^key`` finds every pointer equal to or inside
-# the key, ``=A`` for each proper ancestor A every pointer that contains it.
-UPDATE_KEY_QUERY = r"""
-CREATE OR REPLACE FUNCTION atlas_update_key_query(branch text, namespace text, key text)
-RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT ARRAY[branch || chr(31) || namespace || chr(31) || '^' || key] || ARRAY(
-        SELECT branch || chr(31) || namespace || chr(31) || '='
-               || array_to_string((string_to_array(key, '/'))[1:n], '/')
-        FROM generate_series(2, cardinality(string_to_array(key, '/')) - 1) n)
-$$;
-"""
+# Migration 0013's query, for the way back; renamed, an update's terms for ``key``:
+# ``^key`` finds every pointer equal to or inside the key, ``=A`` for each proper
+# ancestor A every pointer that contains it.
+OLD_KEY_QUERY = importlib.import_module("changesets.migrations.0013_revision_changed").KEY_QUERY
+UPDATE_KEY_QUERY = OLD_KEY_QUERY.replace(
+    "FUNCTION atlas_key_query(", "FUNCTION atlas_update_key_query("
+)
 
 # Both kinds: the key rule of API.md over every revision.
 KEY_QUERY = r"""
@@ -78,17 +76,6 @@ RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                || array_to_string((string_to_array(key, '/'))[1:n], '/')
         FROM generate_series(2, cardinality(string_to_array(key, '/')) - 1) n,
              unnest(ARRAY['=', '+']) AS mark)
-$$;
-"""
-
-# Migration 0013's, for the way back.
-OLD_KEY_QUERY = r"""
-CREATE OR REPLACE FUNCTION atlas_key_query(branch text, namespace text, key text)
-RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT ARRAY[branch || chr(31) || namespace || chr(31) || '^' || key] || ARRAY(
-        SELECT branch || chr(31) || namespace || chr(31) || '='
-               || array_to_string((string_to_array(key, '/'))[1:n], '/')
-        FROM generate_series(2, cardinality(string_to_array(key, '/')) - 1) n)
 $$;
 """
 
