@@ -19,6 +19,7 @@ from changesets.archive import boundary
 from changesets.models import Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp
 from changesets.outbox import journal
+from changesets.selectors import changeset_ids
 from changesets.services.apply import ApplyResult, changeset_apply
 from entities.services import role_grant
 from entities.store import EntityKey, baseline
@@ -41,6 +42,16 @@ def _no_archive_cut_cached():
     boundary.prime(None)
     yield
     boundary.prime(None)
+
+
+@pytest.fixture(autouse=True)
+def _no_changeset_id_map():
+    """Every test starts with no map of changeset ids to partitions, known without a
+    query (``changesets.selectors.changeset_ids``), so a test's statement counts do
+    not depend on whether an earlier test filled the map; its own tests fill it."""
+    changeset_ids.prime()
+    yield
+    changeset_ids.prime()
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from changesets.admin.search import (
     search_page,
 )
 from changesets.models import COMMON_RPCS, Changeset, JournalEntry, JournalPhase, Revision
-from changesets.selectors import by_namespace
+from changesets.selectors import by_namespace, changeset_ids
 from changesets.selectors.log import visible_changesets
 from entities.store import EntityKey
 
@@ -154,6 +154,11 @@ class ChangesetAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdm
             return queryset, False
         ref = parse_changeset_ref(term)
         if ref is not None:
+            if "pk" in ref:
+                # With its seq, each of the changelist's statements (the page, the
+                # count) is planned over one partition, not all (``changeset_ids``).
+                seq = changeset_ids.seq_of(ref["pk"])
+                ref = ref if seq is None else {**ref, "seq": seq}
             return queryset.filter(**ref), False
         # A list of seqs, not a subquery: the plan is an index probe per seq,
         # whatever the planner would guess about the search's row count.

@@ -25,6 +25,7 @@ from atlas.admin_mixins import admin_roles, pretty_json
 from changesets.admin.diff import diff_images
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, JournalEntry, Revision
+from changesets.selectors import changeset_ids
 from changesets.selectors.asof import entity_as_of
 from changesets.selectors.log import (
     entity_has_history,
@@ -85,12 +86,12 @@ def visible_changeset(model_admin: ModelAdmin, request: HttpRequest, object_id: 
         pk = uuid.UUID(str(object_id))
     except ValueError as exc:
         raise Http404("No such changeset.") from exc
-    changeset = model_admin.get_queryset(request).filter(pk=pk).first()
+    changeset = changeset_ids.find(model_admin.get_queryset(request), pk)
     if changeset is None:
         if boundary.current() is not None:
             # The list ends at the cut: a changeset through it (still being removed,
             # or an unknown id that may be archived) is archived.
-            held = Changeset.objects.filter(pk=pk).values_list("seq", flat=True).first()
+            held = changeset_ids.seq_of(pk)
             if held is not None:
                 boundary.check_seq(held, "That changeset is archived.")
             boundary.check_unknown_changeset(pk)
@@ -248,7 +249,7 @@ def entity_as_of_view(
     changesets = Changeset.objects.filter(pk=changeset_id, branch=BASELINE)
     if readable is not None:
         changesets = changesets.filter(namespaces__overlap=readable)
-    changeset = changesets.first()
+    changeset = changeset_ids.find(changesets, changeset_id)
     if changeset is None:
         boundary.check_unknown_changeset(changeset_id)
         raise Http404("No such changeset.")

@@ -36,6 +36,7 @@ from atlas.replicas import read_connection
 from changesets import partitions
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset
+from changesets.selectors import changeset_ids
 from changesets.selectors.bounds import resolve, seq_upto
 from changesets.selectors.log import visible_changesets
 from changesets.selectors.rows import from_micros
@@ -115,7 +116,7 @@ _SLACK = 32
 
 def as_of_changeset(*, changeset_id: str, namespaces: Sequence[str] | None) -> Changeset | None:
     """The changeset named by ``as_of`` if the caller can see it, else None (404)."""
-    return visible_changesets(namespaces).filter(pk=changeset_id).first()
+    return changeset_ids.find(visible_changesets(namespaces), changeset_id)
 
 
 # ``as_of_time`` for a caller who reads only some namespaces, in one statement:

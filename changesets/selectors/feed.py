@@ -338,7 +338,10 @@ def visible_watermark(mark: dict[str, Any], readable: Sequence[str] | None) -> d
     """
     if not mark["changeset_id"] or readable is None:
         return mark
-    seen = Changeset.objects.filter(pk=mark["changeset_id"], namespaces__overlap=list(readable))
+    # By its seq as well: the id alone names no partition (``changeset_ids``).
+    seen = Changeset.objects.filter(
+        pk=mark["changeset_id"], seq=mark["seq"], namespaces__overlap=list(readable)
+    )
     if readable and seen.exists():
         return mark
     return {**mark, "changeset_id": None}

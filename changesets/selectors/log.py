@@ -22,7 +22,7 @@ from changesets import chain
 from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase, ArchiveCut
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
-from changesets.selectors import by_namespace
+from changesets.selectors import by_namespace, changeset_ids
 from changesets.selectors.bounds import log_head_seq, newest_in_window, page_bounds, within
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
@@ -271,7 +271,7 @@ def changeset_get(*, changeset_id: str, namespaces: Sequence[str] | None) -> Cha
     Without its ops: they are paged (:func:`changeset_ops`). One at or before the
     archive cut, or an unknown id that may be archived, is a 410.
     """
-    changeset = visible_changesets(namespaces).filter(pk=changeset_id).first()
+    changeset = changeset_ids.find(visible_changesets(namespaces), changeset_id)
     if changeset is None:
         boundary.check_unknown_changeset(changeset_id)
         return None

@@ -14,6 +14,7 @@ from changesets.exceptions import RevertConflict
 from changesets.merge3 import Granularity, merge3
 from changesets.models import BASELINE, Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
+from changesets.selectors import changeset_ids
 from changesets.selectors.log import revisions_of
 from changesets.services.apply import PlannedResult, changeset_apply_planned
 from entities import access
@@ -53,7 +54,7 @@ def revert_target(*, actor: User, changeset_id: str) -> Changeset:
         uuid.UUID(str(changeset_id))
     except ValueError as exc:
         raise NotFound("No such changeset.") from exc
-    changeset = Changeset.objects.filter(pk=changeset_id).first()
+    changeset = changeset_ids.find(Changeset.objects.all(), changeset_id)
     if changeset is None:
         boundary.check_unknown_changeset(changeset_id)  # archived: its pre-images are gone
         raise NotFound("No such changeset.")
