@@ -24,12 +24,12 @@ from changesets.admin import archive, pages, revert, trash
 from changesets.admin.changelist import AuthorFilter, BranchFilter, NamespaceFilter, UntilFilter
 from changesets.admin.search import (
     Candidate,
+    changeset_ref,
     entity_prefixes,
-    parse_changeset_ref,
     search_page,
 )
 from changesets.models import COMMON_RPCS, Changeset, JournalEntry, JournalPhase, Revision
-from changesets.selectors import by_namespace, changeset_ids
+from changesets.selectors import by_namespace
 from changesets.selectors.log import visible_changesets
 from entities.store import EntityKey
 
@@ -152,13 +152,8 @@ class ChangesetAdmin(archive.ArchiveBanner, KeysetAdminMixin, NamespaceScopedAdm
         term = search_term.strip()
         if not term:
             return queryset, False
-        ref = parse_changeset_ref(term)
+        ref = changeset_ref(term)
         if ref is not None:
-            if "pk" in ref:
-                # With its seq, each of the changelist's statements (the page, the
-                # count) is planned over one partition, not all (``changeset_ids``).
-                seq = changeset_ids.seq_of(ref["pk"])
-                ref = ref if seq is None else {**ref, "seq": seq}
             return queryset.filter(**ref), False
         # A list of seqs, not a subquery: the plan is an index probe per seq,
         # whatever the planner would guess about the search's row count.

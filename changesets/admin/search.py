@@ -30,6 +30,7 @@ from typing import Any
 from atlas.admin_keyset import AFTER, BEFORE, Key
 from atlas.replicas import read_connection
 from changesets.admin.distinct import distinct_values
+from changesets.selectors import changeset_ids
 
 # Candidates read per round, and per page at most (the page then offers "older").
 CHUNK = 100
@@ -75,6 +76,19 @@ def parse_changeset_ref(term: str) -> dict[str, Any] | None:
         pass
     match = _SEQ_RE.match(term)
     return {"seq": int(match.group(1))} if match else None
+
+
+def changeset_ref(term: str) -> dict[str, Any] | None:
+    """The changelist's filter for a changeset id or ``#n`` (None: neither).
+
+    An id comes with its seq, when it has one: each of the changelist's statements
+    (the page, the count) is then planned over one partition, not all
+    (``changesets.selectors.changeset_ids``)."""
+    ref = parse_changeset_ref(term)
+    if ref is not None and "pk" in ref:
+        seq = changeset_ids.seq_of(ref["pk"])
+        ref = ref if seq is None else {**ref, "seq": seq}
+    return ref
 
 
 def entity_prefixes(term: str, *, readable: list[str] | None) -> tuple[str, list[tuple]] | None:
