@@ -48,6 +48,7 @@ PAGES = [
     "feed from the start",
     "feed from the start, scoped",
     "changeset by id",
+    "changeset by id, mid-log",
 ]
 
 
@@ -60,6 +61,7 @@ def _pages() -> dict[str, Callable[[], Any]]:
     busy = EntityKey(pop.BUSY_NS, "item", "obj-0")
     scoped = [pop.MID_NS, pop.RARE_NS]
     newest = log.changeset_list(namespaces=None, limit=1)[0]
+    middle = log.changeset_list(namespaces=None, before_seq=newest.seq // 2, limit=1)[0]
     first = log.changeset_list(namespaces=None, before_seq=max(newest.seq // 50, 1) + 1, limit=1)
     old = first[0].at if first else datetime(2000, 1, 1, tzinfo=UTC)
     current = baseline.get(busy)
@@ -87,6 +89,9 @@ def _pages() -> dict[str, Callable[[], Any]]:
             after_seq=0, namespaces=scoped, limit=100
         ),
         "changeset by id": lambda: log.changeset_get(changeset_id=str(newest.id), namespaces=None),
+        "changeset by id, mid-log": lambda: log.changeset_get(
+            changeset_id=str(middle.id), namespaces=None
+        ),
     }
 
 
