@@ -61,7 +61,8 @@ def _pages() -> dict[str, Callable[[], Any]]:
     busy = EntityKey(pop.BUSY_NS, "item", "obj-0")
     scoped = [pop.MID_NS, pop.RARE_NS]
     newest = log.changeset_list(namespaces=None, limit=1)[0]
-    middle = log.changeset_list(namespaces=None, before_seq=newest.seq // 2, limit=1)[0]
+    halfway = log.changeset_list(namespaces=None, before_seq=newest.seq // 2 + 1, limit=1)
+    middle = halfway[0] if halfway else newest
     first = log.changeset_list(namespaces=None, before_seq=max(newest.seq // 50, 1) + 1, limit=1)
     old = first[0].at if first else datetime(2000, 1, 1, tzinfo=UTC)
     current = baseline.get(busy)
