@@ -402,6 +402,26 @@ def collect_writers(started: list[tuple[Any, Path, Path]], *, timeout: float) ->
 # --- a throw-away PostgreSQL cluster -----------------------------------------------------------
 
 
+def _prepare_unprivileged_user(bin_path: Path) -> None:
+    """As root, what the embedded server's start does before it runs PostgreSQL: the
+    ``pgserver`` user exists and can read and run the wheel's binaries. On a new
+    machine whose tests use an outside PostgreSQL (``DATABASE_URL``), no embedded
+    start has done it yet."""
+    import stat
+
+    from pgserver.utils import (
+        ensure_folder_permissions,
+        ensure_prefix_permissions,
+        ensure_user_exists,
+    )
+
+    ensure_user_exists("pgserver")
+    ensure_prefix_permissions(bin_path)
+    read, run = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
+    ensure_folder_permissions(bin_path, read | run)
+    ensure_folder_permissions(bin_path.parent / "lib", read)
+
+
 class ThrowawayPostgres:
     """A PostgreSQL cluster of this test's own, on a free port of 127.0.0.1.
 
@@ -436,6 +456,7 @@ class ThrowawayPostgres:
     def init(self) -> ThrowawayPostgres:
         self.sockets.mkdir(parents=True)
         if self.as_root:
+            _prepare_unprivileged_user(self.bin)
             shutil.chown(self.dir, "pgserver", "pgserver")
             shutil.chown(self.sockets, "pgserver", "pgserver")
         self._run(
