@@ -29,12 +29,16 @@ from typing import Any
 
 from atlas.admin_keyset import AFTER, BEFORE, Key
 from atlas.replicas import read_connection
+from changesets import partitions
 from changesets.admin.distinct import distinct_values
 from changesets.selectors import changeset_ids
+from changesets.selectors.bounds import log_head_seq
 
 # Candidates read per round, and per page at most (the page then offers "older").
 CHUNK = 100
 MAX_CANDIDATES = 5000
+# Partitions read one at a time, newest first, before the rest in one statement.
+WINDOWS = 2
 _SLUG_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 _SEQ_RE = re.compile(r"^#(\d{1,18})$")
 
@@ -53,6 +57,7 @@ CROSS JOIN LATERAL (
 ORDER BY m.seq {order}, m.id {order}
 LIMIT %(limit)s
 """
+_WINDOW_OPS = {"gte": ">=", "lte": "<=", "lt": "<"}
 _BOUNDS = {
     (BEFORE, False): ("TRUE", "DESC"),
     (BEFORE, True): ("r.seq <= %(s)s AND (r.seq, r.id) < (%(s)s, %(i)s)", "DESC"),
@@ -133,9 +138,34 @@ def candidates(
     }
     if after is not None:
         params.update(s=after[0], i=after[1])
-    with read_connection().cursor() as cursor:  # a replica's, when configured
-        cursor.execute(_CANDIDATES_SQL.format(bound=where, order=order), params)
-        return [Candidate(*row) for row in cursor.fetchall()]
+
+    def read(window: list[tuple[str, int]], n: int) -> list[Candidate]:
+        # The window's bounds are literals (client-side binding): the statement is
+        # planned over the partitions they span, not each prefix's scan of all.
+        bound = " AND ".join([where, *(f"r.seq {_WINDOW_OPS[op]} {seq:d}" for op, seq in window)])
+        with read_connection().cursor() as cursor:  # a replica's, when configured
+            cursor.execute(_CANDIDATES_SQL.format(bound=bound, order=order), {**params, "limit": n})
+            return [Candidate(*row) for row in cursor.fetchall()]
+
+    top = after[0] if after is not None else log_head_seq()
+    if direction != BEFORE or top is None:
+        return read([], limit)
+    # Newest first, a partition at a time: the one holding the cursor (or the head),
+    # then the one below it, then all the rest in one statement. Within one
+    # partition each prefix's scan is its index read backwards and cut at the
+    # limit, and the statement is planned over that partition alone; over two, the
+    # planner appended them and sorted each prefix's rows of both (at ten million
+    # changesets, all of a busy entity's revisions in a window of a partition's
+    # width: 31,000 rows and 80 ms, against 24 ms for the whole log at once).
+    floors = [p.lower for p in reversed(partitions.partitions()) if p.lower <= top]
+    page: list[Candidate] = []
+    upper = ("lte", top)
+    for floor in floors[:WINDOWS]:
+        page += read([("gte", floor), upper], limit - len(page))
+        upper = ("lt", floor)
+        if len(page) == limit or floor <= 0:
+            return page
+    return page + read([upper], limit - len(page))
 
 
 @dataclass

@@ -37,6 +37,19 @@ def small_pages(monkeypatch):
         monkeypatch.setattr(admin.site._registry[model], "list_per_page", 3)
 
 
+@pytest.fixture(params=["one partition", "partitions of 3 seqs"])
+def log_layout(request, db):
+    """The search reads a partition at a time, newest first (``search.candidates``):
+    on the standard layout the whole log is one partition; on partitions of three
+    seqs a page spans many, and the windows after the first two are read at once."""
+    if request.param != "one partition":
+        from changesets import partitions
+        from tests.changesets.partition_helpers import layout
+
+        layout(partitions.missing(0, 600, [], step=3))
+    return request.param
+
+
 @pytest.fixture
 def root(db):
     from tests.entities.factories import NamespaceFactory
@@ -120,7 +133,7 @@ def test_a_malformed_position_is_the_newest_page(root, small_pages):
         assert response.context["cl"].result_list[0].seq == made[-1].seq
 
 
-def test_search_by_a_busy_slug_reaches_every_changeset(root, small_pages, monkeypatch):
+def test_search_by_a_busy_slug_reaches_every_changeset(log_layout, root, small_pages, monkeypatch):
     monkeypatch.setattr(search, "CHUNK", 4)
     monkeypatch.setattr(search, "MAX_CANDIDATES", 8)  # pages stop early and resume
     touched = []
@@ -134,7 +147,7 @@ def test_search_by_a_busy_slug_reaches_every_changeset(root, small_pages, monkey
 
 
 def test_search_with_a_filter_that_rejects_most_candidates_is_complete(
-    root, small_pages, monkeypatch
+    log_layout, root, small_pages, monkeypatch
 ):
     monkeypatch.setattr(search, "CHUNK", 3)
     monkeypatch.setattr(search, "MAX_CANDIDATES", 6)
@@ -149,7 +162,7 @@ def test_search_with_a_filter_that_rejects_most_candidates_is_complete(
 
 
 def test_scoped_search_is_complete_and_sees_only_readable_namespaces(
-    root, small_pages, monkeypatch
+    log_layout, root, small_pages, monkeypatch
 ):
     monkeypatch.setattr(search, "CHUNK", 2)
     auditor = make_admin("audrey", reader=[NS])
@@ -161,7 +174,7 @@ def test_scoped_search_is_complete_and_sees_only_readable_namespaces(
     assert [c.seq for p in pages for c in p] == mine[::-1]
 
 
-def test_revision_pages_break_seq_ties_by_id(root, small_pages, monkeypatch):
+def test_revision_pages_break_seq_ties_by_id(log_layout, root, small_pages, monkeypatch):
     monkeypatch.setattr(search, "CHUNK", 2)
     for n in range(3):  # four revisions per changeset: seq ties inside every page
         put(root, *[(f"{NS}/order/k{i}", {"n": n}) for i in range(4)])

@@ -260,3 +260,34 @@ def test_a_scoped_list_page_is_planned_over_the_newest_partitions_first(log, set
             break
         before = page[-1].seq
     assert found == expected
+
+
+def test_the_admin_search_reads_a_partition_at_a_time(log):
+    """Search by slug (``changesets.admin.search.candidates``): the partition holding
+    the cursor, then the one below, each planned over that partition alone (each
+    prefix's index read backwards, cut at the limit), and only then the rest; the
+    pages are the entity's revisions newest first, as one statement over all gives."""
+    from atlas.admin_keyset import BEFORE
+    from changesets.admin import search
+
+    _namespace, _kind, slug = _busiest_key()
+    slug, combos = search.entity_prefixes(slug, readable=None)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT seq, id FROM changesets_revision WHERE slug = %s ORDER BY seq DESC, id DESC",
+            [slug],
+        )
+        expected = cursor.fetchall()
+    found: list[tuple[int, int]] = []
+    after = None
+    while True:
+        with CaptureQueriesContext(connection) as queries:
+            batch = search.candidates(slug, combos, direction=BEFORE, after=after, limit=100)
+        found += [(c.seq, c.id) for c in batch]
+        reads = [q["sql"] for q in queries.captured_queries if "LATERAL" in q["sql"]]
+        for sql in reads[: search.WINDOWS]:
+            assert len(_planned_partitions(sql, "changesets_revision")) == 1, sql
+        if len(batch) < 100:
+            break
+        after = found[-1]
+    assert found == expected
