@@ -458,8 +458,9 @@ def _report(r: dict, args: argparse.Namespace) -> str:
         f" ({r['changesets']:,} changesets, 90%) cut in one go, the rest left hot for the"
         " reads below.",
         table(["step (its end)", "seconds"], [[k, v] for k, v in steps.items()]),
-        "(`removed`: the revision partitions through the cut detached and dropped, the"
-        " changesets deleted in batches, and what was left of the grace,"
+        "(`removed`: the partitions of both log tables through the cut detached and"
+        " dropped, a partition straddling the cut emptied by batched DELETE, and what"
+        " was left of the grace,"
         " `ATLAS_ARCHIVE_GRACE_SECONDS`=5, after the read comparison made at the switch, whose"
         " time is left out.)",
         f"Segments: {r['segments']} files, {_mib(r['segment_bytes'])} gzipped NDJSON, for"
@@ -467,10 +468,11 @@ def _report(r: dict, args: argparse.Namespace) -> str:
         f" compression), {r['archived_row_bytes'] / max(r['segment_bytes'], 1):.1f}× smaller.",
         "Hot tables: rows, their own bytes (`pg_column_size`) / bytes on disk (heap +"
         " indexes + TOAST, `pg_total_relation_size`, summed over partitions). After the"
-        " removal the tables hold the writers' changesets of the run. Revisions go by"
-        " dropping whole partitions, which returns their space at once; changesets (not"
-        " partitioned) by batched DELETE, so their file keeps its size until new rows reuse"
-        " the space (a plain VACUUM makes it reusable).",
+        " removal the tables hold the writers' changesets of the run. Revisions and"
+        " changesets go by dropping whole partitions (migrations 0025 and 0038), which"
+        " returns their space at once; only a partition straddling the cut is emptied by"
+        " batched DELETE, and keeps its file until new rows reuse the space (a plain"
+        " VACUUM makes it reusable).",
         table(["table", "before", "after removal", "after VACUUM"], hot),
         f"{r['writers']} writer process{'es' if r['writers'] != 1 else ''}, single-entity"
         " changesets, ms per write:",
