@@ -22,14 +22,13 @@ state at the older cut stays valid beside the newer one (``ArchiveBase``).
 from __future__ import annotations
 
 import re
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from atlas import conf
+from atlas.process_cache import Expiring
 from changesets.archive.models import ACTIVE_STATES, ArchiveCut
 from changesets.exceptions import Archived
 
@@ -45,10 +44,6 @@ class Cut:
     location: str
 
 
-_lock = threading.Lock()
-_cached: tuple[float, Cut | None] | None = None
-
-
 def _load() -> Cut | None:
     row = (
         ArchiveCut.objects.filter(state__in=ACTIVE_STATES)
@@ -59,33 +54,24 @@ def _load() -> Cut | None:
     return Cut(*row) if row else None
 
 
+_cut: Expiring[Cut | None] = Expiring(
+    _load, lambda: float(conf.get("ATLAS_ARCHIVE_CUT_CACHE_SECONDS"))
+)
+
+
 def current() -> Cut | None:
     """The cut reads end at (None: nothing archived), cached for a short while."""
-    global _cached
-    now = time.monotonic()
-    with _lock:
-        cached = _cached
-    if cached is not None and cached[0] > now:
-        return cached[1]
-    cut = _load()
-    ttl = float(conf.get("ATLAS_ARCHIVE_CUT_CACHE_SECONDS"))
-    with _lock:
-        _cached = (now + ttl, cut)
-    return cut
+    return _cut.get()
 
 
 def forget() -> None:
     """Drop the cached cut (the archiver calls it when it moves reads in this process)."""
-    global _cached
-    with _lock:
-        _cached = None
+    _cut.forget()
 
 
 def prime(cut: Cut | None, *, seconds: float = float("inf")) -> None:
     """Set the cached answer (tests start every test on a log with no cut)."""
-    global _cached
-    with _lock:
-        _cached = (time.monotonic() + seconds, cut)
+    _cut.prime(cut, seconds=seconds)
 
 
 def floor() -> int:

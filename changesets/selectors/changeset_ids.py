@@ -20,8 +20,6 @@ primary key).
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +27,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import QuerySet
 
+from atlas.process_cache import Expiring
 from changesets import partitions
 from changesets.models import Changeset
 
@@ -69,9 +68,6 @@ class IdMap:
 
 EMPTY = IdMap(closed=(), open_from=0)
 
-_lock = threading.Lock()
-_cached: tuple[float, IdMap] | None = None
-
 
 def _load() -> IdMap:
     if not partitions.is_partitioned(parent=partitions.CHANGESETS):
@@ -102,32 +98,22 @@ def _load() -> IdMap:
     )
 
 
+_map: Expiring[IdMap] = Expiring(_load, lambda: MAP_SECONDS)
+
+
 def current() -> IdMap:
     """This process's map, read again when older than :data:`MAP_SECONDS`."""
-    global _cached
-    now = time.monotonic()
-    with _lock:
-        cached = _cached
-    if cached is not None and cached[0] > now:
-        return cached[1]
-    found = _load()
-    with _lock:
-        _cached = (now + MAP_SECONDS, found)
-    return found
+    return _map.get()
 
 
 def forget() -> None:
     """Drop the map: the next lookup reads it again."""
-    global _cached
-    with _lock:
-        _cached = None
+    _map.forget()
 
 
 def prime(found: IdMap = EMPTY, *, seconds: float = float("inf")) -> None:
     """Set the map (tests start from :data:`EMPTY`: no bounds, no statement)."""
-    global _cached
-    with _lock:
-        _cached = (time.monotonic() + seconds, found)
+    _map.prime(found, seconds=seconds)
 
 
 def _as_uuid(changeset_id: Any) -> uuid.UUID | None:
