@@ -147,8 +147,10 @@ def candidates(
             cursor.execute(_CANDIDATES_SQL.format(bound=bound, order=order), {**params, "limit": n})
             return [Candidate(*row) for row in cursor.fetchall()]
 
+    if direction != BEFORE:
+        return read([], limit)
     top = after[0] if after is not None else log_head_seq()
-    if direction != BEFORE or top is None:
+    if top is None:
         return read([], limit)
     # Newest first, a partition at a time: the one holding the cursor (or the head),
     # then the one below it, then all the rest in one statement. Within one
