@@ -17,10 +17,10 @@ from typing import Any
 from django.db.models import QuerySet, Subquery
 
 from atlas.replicas import read_connection
-from changesets import pointers
+from changesets import partitions, pointers
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset, Revision
-from changesets.selectors import entity_keys
+from changesets.selectors import bounds, entity_keys
 from changesets.selectors.rows import REVISION as _T
 from changesets.selectors.rows import changeset_briefs
 from entities.store import EntityKey
@@ -42,11 +42,16 @@ class Blame:
 
 @dataclass(frozen=True)
 class _Step:
+    """A revision that touched an open leaf: its changed pointers and changeset."""
+
     changed: list[str]
     changeset_id: Any
     seq: int
     at: datetime
-    author: str
+
+
+# What blame reads of a revision (a :class:`_Step`): never its images.
+_FIELDS = f"string_to_array({_T}.changed, '~2'), {_T}.changeset_id, {_T}.seq, {_T}.at"
 
 
 def blame(
@@ -62,13 +67,14 @@ def blame(
     1. The leaves: object members recursively; arrays, scalars and empty
        objects or arrays are leaves (``pointers.leaves``).
     2. Walk the entity's revisions newest first (:func:`_history`), reading
-       only ``changed`` and the changeset's name and time, and only the
+       only ``changed``, the changeset and its time, and only the
        revisions that touched a leaf still open: PostgreSQL tests the newest
        revisions' ``changed`` against them (``keys.touching``, the key rule),
        then reads the older ones off the open leaves' posting lists (:func:`_walk`),
        so a busy entity whose oldest leaves date from its create costs a
        window of its revisions and the few that set those leaves, not a walk
-       of its history (nor a Python step per revision).
+       of its history (nor a Python step per revision). The setters' authors
+       are read last, for the setters alone.
     3. A revision whose changed pointer P equals a leaf, contains it, or lies
        inside it (an object emptied) set that leaf's current value: no newer
        revision touched it, and ``changed`` names every difference. The walk
@@ -83,7 +89,7 @@ def blame(
     """
     open_leaves = pointers.leaves(content)
     order = sorted(open_leaves)  # plain string order: a prefix's range is contiguous
-    found: dict[str, Blame] = {}
+    found: dict[str, _Step] = {}
 
     def still_open() -> list[str]:
         return [leaf for leaf in order if leaf not in found]
@@ -91,10 +97,18 @@ def blame(
     for step in _history(key, branch, upto_seq, branch_owns_key, still_open):
         for pointer in step.changed:
             for leaf in _touched(pointer, order, found):
-                found[leaf] = Blame(leaf, step.changeset_id, step.seq, step.author, step.at)
+                found[leaf] = step
         if len(found) == len(open_leaves):
             break
-    return [found[leaf] for leaf in open_leaves if leaf in found]
+    # The authors of the setters alone, by their seqs: one statement, pruned to their
+    # partitions. A setter archived since it was read is not in the answer: the leaf is
+    # reported as set before the cut (``unresolved``).
+    briefs = changeset_briefs(step.seq for step in found.values())
+    return [
+        Blame(leaf, step.changeset_id, step.seq, briefs[step.seq][0], step.at)
+        for leaf in open_leaves
+        if (step := found.get(leaf)) is not None and step.seq in briefs
+    ]
 
 
 def unresolved(content: dict[str, Any], found: Sequence[Blame]) -> list[str]:
@@ -161,40 +175,69 @@ def _walk(
     """``branch``'s revisions of ``key`` at or below ``bound`` (below, if ``strictly_below``)
     that touched a leaf still open, newest first.
 
-    Each statement asks for the leaves open when it runs, and for a few rows per
-    leaf (every row it returns resolves a leaf, unless an earlier row of the same
-    statement resolved it first), at most ``BLAME_BATCH``: the entity's newest
-    revisions below the bound walked off ``revision_history``, then, if they
-    came up short, the updates below them on the open leaves' posting lists,
-    back to the entity's newest create, and that create
-    (``entity_keys.entity_walk_then_probe``). Leaves open after
-    the walk are the ones rarely written, most often those the create set:
-    walked for, the busy entity of the scale bench cost a read of all its
-    18,530 revisions at 1M changesets (63 ms, 15,464 buffers); probed on lists
-    that held the namespace's creates too, a read of its history and of every
-    create (47 ms at 10M)."""
-    fields = f"string_to_array({_T}.changed, '~2'), {_T}.changeset_id, {_T}.seq, {_T}.at"
-    entity, entity_args = entity_keys.entity_where(key, branch)
+    First a window of the entity's newest ``ENTITY_KEY_WINDOW`` revisions, each
+    tested against the open leaves (``entity_keys.entity_window``), read from the
+    newest partition's width of seqs below the top (the bound, or the log head)
+    with the bounds as literals, so that it is planned over the one or two
+    partitions it spans; if the entity's history went on below that width and
+    the window is not full, the rest of it below. Then, if leaves are still open
+    below a full window, the updates that touched them off their posting lists
+    and the entity's newest create (``entity_keys.entity_probe``), a few rows per
+    leaf a statement, at most ``BLAME_BATCH``. Leaves open after the window are
+    the ones rarely written, most often those the create set: walked for, the
+    busy entity of the scale bench cost a read of all its 18,530 revisions at 1M
+    changesets (63 ms, 15,464 buffers).
+
+    One statement of the window and the probe, planned over every partition of
+    the table three times, and sent twice (the window's rows of a leaf changed
+    every time filled its batch), cost 5-6 ms of planning at ten million
+    changesets (13 partitions) against 1.3 ms of execution."""
+    entity = entity_keys.entity_where(key, branch)
+    top = bounds.log_head_seq() if bound is None else bound - 1 if strictly_below else bound
+    lower = top - partitions.width() if top is not None else None
+    size, low, rows = _window(entity, top, lower if lower and lower > 0 else None, still_open())
+    yield from rows
+    if size < entity_keys.ENTITY_KEY_WINDOW and lower and lower > 0 and still_open():
+        # The newest partition's width held less than a window: the rest of one below it.
+        size, low, rows = _window(entity, lower, None, still_open())
+        yield from rows
+    if size < entity_keys.ENTITY_KEY_WINDOW:
+        return  # the window read the entity's history to its start
     while leaves := still_open():
-        where, args = entity, list(entity_args)
-        if bound is not None:
-            where += f" AND {_T}.seq {'<' if strictly_below else '<='} %s"
-            args.append(bound)
         batch = min(BLAME_BATCH, 4 * len(leaves) + 16)
-        sql, params = entity_keys.entity_walk_then_probe(
-            (where, args), key, leaves, branch=branch, limit=batch, columns=fields
+        sql, params = entity_keys.entity_probe(
+            entity, key, leaves, below=low, branch=branch, limit=batch, columns=_FIELDS
         )
         with read_connection().cursor() as cursor:
             cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        # The authors by the batch's seqs: one statement, pruned to their partitions.
-        briefs = changeset_briefs(row[2] for row in rows)
-        for changed, changeset_id, seq, at in rows:
-            if seq in briefs:  # (else archived since it was read: ``rows.with_briefs``)
-                yield _Step(changed, changeset_id, seq, at, briefs[seq][0])
+            rows = [_Step(*row) for row in cursor.fetchall()]
+        yield from rows
         if len(rows) < batch:
             return
-        bound, strictly_below = rows[-1][2], True
+        low = rows[-1].seq
+
+
+def _window(
+    entity: tuple[str, list[Any]], upper: int | None, lower: int | None, leaves: list[str]
+) -> tuple[int, int, list[_Step]]:
+    """The window below ``upper`` and above ``lower`` (both inclusive of nothing
+    beyond them; None: unbounded): its size, its oldest seq, and its revisions
+    that touched any of ``leaves``, newest first."""
+    if not leaves:
+        return 0, 0, []
+    where, args = entity[0], list(entity[1])
+    if upper is not None:
+        where += f" AND {_T}.seq <= %s"
+        args.append(upper)
+    if lower is not None:
+        where += f" AND {_T}.seq > %s"
+        args.append(lower)
+    sql, params = entity_keys.entity_window((where, args), leaves, columns=_FIELDS)
+    with read_connection().cursor() as cursor:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    size, low = fetched[0][0], fetched[0][1]
+    return size, low, [_Step(*row[2:]) for row in fetched if row[2 + 2] is not None]
 
 
 def branch_holds(*, key: EntityKey, branch: str, changeset_id: Any) -> bool:

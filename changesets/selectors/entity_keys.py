@@ -1,9 +1,9 @@
-"""An entity's history filtered by a key, and blame's statement, which walks alike.
+"""An entity's history filtered by a key, and blame's statements, which walk alike.
 
 A busy entity's revisions are many and a GIN index cannot return a key's
 newest first: both walk the entity's newest revisions, then read the key's
 posting lists below them (:func:`entity_key_history`,
-:func:`entity_walk_then_probe`). Callers pass what the reader may see
+:func:`entity_window`, :func:`entity_probe`). Callers pass what the reader may see
 (invariant 8 is the view's to check).
 """
 
@@ -82,9 +82,9 @@ def _walk_then_probe(
     window's oldest seq, a literal.
 
     The walk's statement also returns the window's size and oldest seq (one row
-    even when nothing in it matched). One statement of both, as blame sends
-    (:func:`entity_walk_then_probe`), planned its probe over every partition for
-    every page, most of which the walk fills."""
+    even when nothing in it matched). One statement of both, as blame sent
+    until 2026-12-07, planned its probe over every partition for every page,
+    most of which the walk fills."""
     entity, entity_args = entity_where(key, branch)
     if before_seq is not None:
         entity += f" AND {_T}.seq < %s"
@@ -150,58 +150,73 @@ def _probe(
         return cursor.fetchall()
 
 
-def entity_walk_then_probe(
+def entity_window(
+    entity: tuple[str, list[Any]], pointers: Sequence[str], *, columns: str
+) -> tuple[str, list[Any]]:
+    """Blame's first statement, and its parameters: the newest ``ENTITY_KEY_WINDOW``
+    revisions matching ``entity`` (SQL over the revision table: one entity's
+    revisions, and bounds), and of them those that touched any of ``pointers``
+    (the key rule, tested on each row: :func:`touching`), newest first, as
+    ``columns`` (revision columns, the window aliased as the table).
+
+    Every row carries the window's size and oldest seq first (one row with NULLs
+    after them when nothing in it matched), so the caller knows whether the
+    entity's history goes on below it. A leaf changed often is found here; its
+    posting list holds the namespace's every change of it."""
+    where, where_args = entity
+    rule, rule_args = touching(pointers)
+    sql = (
+        f"WITH win AS MATERIALIZED (SELECT * FROM {_T} WHERE {where}"
+        f" ORDER BY {_T}.seq DESC LIMIT {ENTITY_KEY_WINDOW:d})"
+        " SELECT w.n, w.low, p.* FROM (SELECT count(*) AS n, min(seq) AS low FROM win) w"
+        f" LEFT JOIN LATERAL (SELECT {columns} FROM win {_T} WHERE {rule}"
+        f" ORDER BY {_T}.seq DESC) p ON true"
+    )
+    return sql, [*where_args, *rule_args]
+
+
+def entity_probe(
     entity: tuple[str, list[Any]],
     key: EntityKey,
     pointers: Sequence[str],
     *,
+    below: int,
     branch: str,
     limit: int,
     columns: str,
 ) -> tuple[str, list[Any]]:
-    """Blame's statement, and its parameters: the newest ``limit`` revisions
-    matching ``entity`` (SQL over the revision table: one entity's revisions, and
-    bounds) that touched any of ``pointers`` (the key rule), newest first,
-    ``columns`` of :data:`~changesets.selectors.rows.ROW_COLUMNS`'s names (the
-    revision's only: the caller reads the page's changesets by their seqs).
-
-    A walk of ``ENTITY_KEY_WINDOW`` of them (``win``), the rule tested on each row
-    (:func:`touching`); if that came up short and the window was full, below it
-    back to the entity's newest create (``born``, off ``revision_creates``) the
-    updates off their own posting lists (``atlas_update_key_query``, migration
-    0039), then that create, which touched every leaf the content has. The lists
-    of every revision held the namespace's creates: a member set at create and
-    never since cost a read of all of them, ANDed with the entity's history.
+    """Blame's statement below its window, and its parameters: the newest ``limit``
+    revisions matching ``entity`` below seq ``below`` that touched any of
+    ``pointers``, newest first, as ``columns``: back to the entity's newest create
+    (``born``, off ``revision_creates``) the updates off their own posting lists
+    (``atlas_update_key_query``, migration 0039), then that create, which touched
+    every leaf the content has. The lists of every revision held the namespace's
+    creates: a member set at create and never since cost a read of all of them,
+    ANDed with the entity's history.
 
     ``born`` has no order and no limit, so it is planned to read every create
-    below the walk (an entity has few); planned for the newest alone, the history
-    index walked back with a filter on ``op`` was as likely (it was, on a small
-    table). The probe's bounds are a filter (``seq + 0``): as the entity's index
-    range, with bounds known only when it runs, the planner guessed it at a few
-    hundred rows and read the entity's whole history first (18,330 at 1M
-    changesets, 7 ms), to AND with an update posting list that was empty. Rows
-    carry the revision's columns, aliased as the table: no second read."""
+    below the window (an entity has few); planned for the newest alone, the
+    history index walked back with a filter on ``op`` was as likely (it was, on
+    a small table). The updates' bounds are a filter (``seq + 0``): as the
+    entity's index range the planner guessed it at a few hundred rows and read
+    the entity's whole history first (18,330 at 1M changesets, 7 ms), to AND with
+    an update posting list that was empty."""
     where, where_args = entity
-    rule, rule_args = touching(pointers)
     # One call a pointer, each folded to its terms when planned, so the planner
     # estimates the overlap from the index's statistics.
     calls = " || ".join(["atlas_update_key_query(%s, %s, %s)"] * len(pointers))
     posting_args = [arg for p in pointers for arg in (branch, key.namespace, p)]
-    full = f"(SELECT count(*) FROM win) >= {ENTITY_KEY_WINDOW:d} AND {where}"
     sql = (
-        f"WITH win AS MATERIALIZED (SELECT * FROM {_T} WHERE {where}"
-        f" ORDER BY {_T}.seq DESC LIMIT {ENTITY_KEY_WINDOW:d}),"
-        f" born AS MATERIALIZED (SELECT * FROM {_T} WHERE {full}"
-        f" AND {_T}.seq < (SELECT min(seq) FROM win) AND {_T}.op = 'create'),"
+        f"WITH born AS MATERIALIZED (SELECT * FROM {_T} WHERE {where}"
+        f" AND {_T}.seq < %s AND {_T}.op = 'create'),"
         " page AS MATERIALIZED (SELECT * FROM ("
-        f"(SELECT * FROM win {_T} WHERE {rule} LIMIT %s)"
-        f" UNION ALL (SELECT * FROM {_T} WHERE {full} AND {KEY_TERMS} && ({calls})"
-        f" AND {_T}.seq + 0 < (SELECT min(seq) FROM win)"
+        f"(SELECT * FROM {_T} WHERE {where} AND {KEY_TERMS} && ({calls})"
+        f" AND {_T}.seq + 0 < %s"
         f" AND {_T}.seq + 0 > coalesce((SELECT max(seq) FROM born), 0)"
         f" ORDER BY {_T}.seq DESC LIMIT %s)"
         " UNION ALL (SELECT * FROM born ORDER BY seq DESC LIMIT 1)"
         ") arms LIMIT %s)"
         f" SELECT {columns} FROM page {_T} ORDER BY {_T}.seq DESC"
     )
-    args = [*where_args, *where_args, *rule_args, limit, *where_args, *posting_args, limit, limit]
+    args = [*where_args, below, *where_args, *posting_args, below, limit, limit]
     return sql, args

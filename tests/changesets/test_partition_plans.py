@@ -291,3 +291,41 @@ def test_the_admin_search_reads_a_partition_at_a_time(log):
             break
         after = found[-1]
     assert found == expected
+
+
+def test_blame_plans_its_window_over_the_newest_partitions(log, settings):
+    """Blame's first statement, the window of the busy entity's newest revisions, is
+    read from a partition's width of seqs below the log head, as literals, so it is
+    planned over the one or two partitions that width spans, not over all eleven
+    (then below it, if the entity's revisions there were fewer than a window);
+    the answer is still each leaf's newest revision that touched it."""
+    from changesets import pointers
+    from changesets.selectors import blame, entity_keys
+    from changesets.selectors.keys import touching
+    from entities.store import EntityKey, baseline
+
+    settings.ATLAS_LOG_PARTITION_SEQS = WIDTH
+    key = EntityKey(*_busiest_key())
+    entity = baseline.get(key)
+    assert entity is not None
+    with CaptureQueriesContext(connection) as queries:
+        found = blame.blame(content=entity.content, key=key)
+    windows = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("WITH win")]
+    assert len(_planned_partitions(windows[0], "changesets_revision")) <= 2, windows[0]
+    # A second window, below that width, only when the first came up short.
+    with connection.cursor() as cursor:
+        cursor.execute(windows[0])
+        size = cursor.fetchone()[0]
+    assert len(windows) == (1 if size >= entity_keys.ENTITY_KEY_WINDOW else 2), (size, windows)
+    expected = {}
+    with connection.cursor() as cursor:
+        for leaf in pointers.leaves(entity.content):
+            rule, args = touching([leaf])
+            cursor.execute(
+                "SELECT seq FROM changesets_revision WHERE branch = '' AND namespace = %s"
+                f" AND kind = %s AND slug = %s AND {rule} ORDER BY seq DESC LIMIT 1",
+                [key.namespace, key.kind, key.slug, *args],
+            )
+            expected[leaf] = cursor.fetchone()[0]
+    assert {entry.pointer: entry.seq for entry in found} == expected
+    assert len(expected) > 1
