@@ -9,7 +9,7 @@ the reader may see (invariant 8 is the view's to check).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -103,11 +103,11 @@ def blame(
     # The authors of the setters alone, by their seqs: one statement, pruned to their
     # partitions. A setter archived since it was read is not in the answer: the leaf is
     # reported as set before the cut (``unresolved``).
-    briefs = changeset_briefs(step.seq for step in found.values())
+    briefs = changeset_briefs(setter.seq for setter in found.values())
     return [
-        Blame(leaf, step.changeset_id, step.seq, briefs[step.seq][0], step.at)
+        Blame(leaf, setter.changeset_id, setter.seq, briefs[setter.seq][0], setter.at)
         for leaf in open_leaves
-        if (step := found.get(leaf)) is not None and step.seq in briefs
+        if (setter := found.get(leaf)) is not None and setter.seq in briefs
     ]
 
 
@@ -117,7 +117,7 @@ def unresolved(content: dict[str, Any], found: Sequence[Blame]) -> list[str]:
     return [leaf for leaf in pointers.leaves(content) if leaf not in seen]
 
 
-def _touched(pointer: str, order: Sequence[str], found: dict[str, Blame]) -> Iterator[str]:
+def _touched(pointer: str, order: Sequence[str], found: Container[str]) -> Iterator[str]:
     """The unresolved leaves ``pointer`` equals, contains, or lies inside."""
     start = bisect.bisect_left(order, pointer)
     if start < len(order) and order[start] == pointer and pointer not in found:
