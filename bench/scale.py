@@ -157,6 +157,7 @@ def api_pages(f: dict[str, Any], user: str) -> list[tuple[str, str]]:
         ),
         ("api entity history busy", f"{API}/entities/{ns}/item/obj-0/history"),
         ("api revisions namespace=mid", f"{API}/revisions?namespace={mid}"),
+        ("api revisions namespace=rare", f"{API}/revisions?namespace={rare}"),
         ("api changes feed", f"{API}/changes?limit=100"),
         ("api entities deleted=true", f"{API}/entities?namespace={mid}&deleted=true"),
         ("api revisions namespace=mid key=/price", f"{API}/revisions?namespace={mid}&key=/price"),

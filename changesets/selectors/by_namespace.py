@@ -101,7 +101,36 @@ def newest_touching(
     names = list(dict.fromkeys(namespaces))
     if not names:
         return []
-    columns = _columns()
+    sql, args = _newest_sql(_columns(), names, branch, seq_bounds, window, limit)
+    return list(Changeset.objects.raw(sql, args))
+
+
+def newest_touching_sql(
+    namespaces: Sequence[str],
+    *,
+    columns: str,
+    branch: str | None = None,
+    seq_bounds: Sequence[tuple[str, int]] = (),
+    window: Sequence[tuple[str, int]] = (),
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """:func:`newest_touching`'s statement over the changeset's ``columns``, and its
+    parameters: for a statement that reads what those changesets hold (their
+    revisions in a namespace) with them."""
+    names = list(dict.fromkeys(namespaces))
+    assert names
+    return _newest_sql(columns, names, branch, seq_bounds, window, limit)
+
+
+def _newest_sql(
+    columns: str,
+    names: list[str],
+    branch: str | None,
+    seq_bounds: Sequence[tuple[str, int]],
+    window: Sequence[tuple[str, int]],
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """:func:`newest_touching`'s statement over ``columns``, and its parameters."""
     on_seq, seq_args = _bounds("seq", branch, [*seq_bounds, *window])
     arms: list[str] = []
     args: list[Any] = []
@@ -117,8 +146,7 @@ def newest_touching(
     wide, wide_args = _wide_arm(columns, names, branch, seq_bounds, window, limit)
     arms.append(wide)
     args += wide_args
-    sql = f"{' UNION '.join(arms)} ORDER BY seq DESC LIMIT %s"
-    return list(Changeset.objects.raw(sql, [*args, limit]))
+    return f"{' UNION '.join(arms)} ORDER BY seq DESC LIMIT %s", [*args, limit]
 
 
 def _wide_arm(

@@ -117,30 +117,44 @@ def _assert_reads_a_partition_at_most(plan: dict[str, Any]) -> None:
             assert rows <= WIDTH, (node["Relation Name"], rows)
 
 
-def test_a_deep_revisions_page_reads_from_its_cursor(log):
-    """``GET /revisions?namespace=`` after a cursor in the middle of the log: the
-    revisions are sought from the cursor (its ``seq <=`` bound beside the keyset's
-    OR, which is no index condition), and their changesets read by the page's seqs;
-    filtered by author, the changesets are joined, and bounded from the cursor too."""
+def test_a_deep_revisions_page_reads_from_its_cursor(log, settings):
+    """``GET /revisions?namespace=`` after a cursor in the middle of the log: by
+    namespace alone, the namespace's changesets below the cursor and their
+    revisions, in one statement planned over the partitions of the window below the
+    cursor; filtered by author, the revisions are sought from the cursor (its
+    ``seq <=`` bound beside the keyset's OR, which is no index condition), the
+    changesets joined and bounded from the cursor too, and their briefs read by the
+    page's seqs."""
     from changesets.selectors import keys
 
+    settings.ATLAS_LOG_PARTITION_SEQS = WIDTH
     middle = ROWS // 2
-    for namespace in (pop.BUSY_NS, pop.MID_NS):
-        for author in (None, pop.BUSY_AUTHOR):
+    for namespace in (pop.BUSY_NS, pop.MID_NS, pop.RARE_NS):
+        for author in (None,) if namespace == pop.RARE_NS else (None, pop.BUSY_AUTHOR):
             where = keys.RevisionFilter(namespace=namespace, author=author)
             with CaptureQueriesContext(connection) as queries:
                 rows = keys.namespace_revisions(where=where, after=(middle, 10**12), limit=51)
             assert rows, (namespace, author)
+            if author is None:
+                # By namespace alone: the namespace's changesets below the cursor off
+                # its own indexes, and their revisions, in one statement.
+                # First within a partition's width below the cursor, planned over the
+                # partitions it spans; below it only if that came up short (the rare one).
+                first, *below = [q["sql"] for q in queries.captured_queries]
+                assert len(_planned_partitions(first, "changesets_revision")) <= 2, first
+                assert len(_planned_partitions(first, "changesets_changeset")) <= 2, first
+                assert len(below) == (1 if namespace == pop.RARE_NS else 0), below
+                for sql in (first, *below):
+                    plan = analyze(sql)
+                    _assert_reads_a_partition_at_most(plan)
+                    _assert_index_reads(plan, page=51)
+                continue
             *_, sql, briefs = [q["sql"] for q in queries.captured_queries]
             plan = analyze(sql)
             _assert_reads_a_partition_at_most(plan)
-            if author is None:
-                _assert_index_reads(plan, page=51)
-                assert "changesets_changeset" not in sql, sql
-            else:
-                # (The author's rows are tested one by one: that is the filter's cost.)
-                # The planner's choice of join depends on the sizes; the bound must be there.
-                assert f'"changesets_changeset"."seq" <= {middle}' in sql, sql
+            # (The author's rows are tested one by one: that is the filter's cost.)
+            # The planner's choice of join depends on the sizes; the bound must be there.
+            assert f'"changesets_changeset"."seq" <= {middle}' in sql, sql
             scans = [n for n in nodes(analyze(briefs)) if "Relation Name" in n]
             assert len(scans) <= 2 and sum(n["Actual Rows"] for n in scans) == len(
                 {r.seq for r in rows}
@@ -329,3 +343,42 @@ def test_blame_plans_its_window_over_the_newest_partitions(log, settings):
             expected[leaf] = cursor.fetchone()[0]
     assert {entry.pointer: entry.seq for entry in found} == expected
     assert len(expected) > 1
+
+
+@pytest.mark.parametrize("namespace", [pop.BUSY_NS, pop.MID_NS, pop.RARE_NS])
+def test_a_namespaces_revisions_by_its_changesets_are_every_revision_in_order(
+    log, settings, namespace
+):
+    """``GET /revisions?namespace=`` by namespace (and time) alone reads the
+    namespace's changesets off their own indexes and their revisions in it
+    (``keys._by_changesets``), a partition's width below its top first: paged
+    through, on baseline and a branch, with and without a time window, it is
+    every revision of the namespace newest first, (seq, id) order, as one
+    filtered statement over the table gives it."""
+    from changesets.models import Revision
+    from changesets.selectors import keys
+
+    settings.ATLAS_LOG_PARTITION_SEQS = WIDTH
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT min(at), max(at) FROM changesets_changeset WHERE seq BETWEEN %s AND %s",
+            [ROWS // 3, ROWS // 3 * 2],
+        )
+        since, until = cursor.fetchone()
+    for branch in ("", pop.BRANCH):
+        for window in ({}, {"since": since, "until": until}):
+            where = keys.RevisionFilter(namespace=namespace, **window)
+            expected_qs = Revision.objects.filter(branch=branch, namespace=namespace)
+            if window:
+                expected_qs = expected_qs.filter(at__gte=since, at__lte=until)
+            expected = list(expected_qs.order_by("-seq", "-id").values_list("seq", "id"))
+            found: list[tuple[int, int]] = []
+            after = None
+            for _ in range(1000):
+                page = keys.namespace_revisions(where=where, branch=branch, after=after, limit=97)
+                found += [(r.seq, r.id) for r in page]
+                if len(page) < 97:
+                    break
+                after = found[-1]
+            assert found == expected, (branch, window)
+            assert expected or (branch and namespace != pop.BUSY_NS), (namespace, branch)
