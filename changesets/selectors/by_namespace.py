@@ -10,7 +10,7 @@ A namespace's changesets newest first are then two backward seeks and a
 bitmap of the few wide batches, where one GIN index over every changeset had
 to hand over the namespace's whole history to be sorted.
 
-Two shapes:
+Two shapes of changesets, and a page of revisions:
 
 - :func:`touching` is the predicate, for filters where the page is driven by
   something else (a primary key, a rare rpc, an author) or is a count: the
@@ -18,6 +18,8 @@ Two shapes:
 - :func:`newest_touching` is a page newest first: one arm per namespace and
   position, each an ordered index scan cut at the page, then their union, so
   it reads a page's rows per arm, at any depth of the log.
+- :func:`newest_revisions` is a page of a namespace's revisions newest first,
+  by its newest changesets.
 
 Neither assumes the array is sorted or free of repeats.
 """
@@ -25,12 +27,16 @@ Neither assumes the array is sorted or free of repeats.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, Value
 from django.db.models.lookups import In
 
+from atlas.replicas import read_connection
 from changesets.models import Changeset, namespace_key, text_key
+from changesets.selectors import bounds, rows
+from changesets.selectors.rows import HistoryRow
 
 # Positions of ``namespaces`` with a B-tree ordered by seq (migration 0037).
 POSITIONS = 2
@@ -103,23 +109,6 @@ def newest_touching(
         return []
     sql, args = _newest_sql(_columns(), names, branch, seq_bounds, window, limit)
     return list(Changeset.objects.raw(sql, args))
-
-
-def newest_touching_sql(
-    namespaces: Sequence[str],
-    *,
-    columns: str,
-    branch: str | None = None,
-    seq_bounds: Sequence[tuple[str, int]] = (),
-    window: Sequence[tuple[str, int]] = (),
-    limit: int,
-) -> tuple[str, list[Any]]:
-    """:func:`newest_touching`'s statement over the changeset's ``columns``, and its
-    parameters: for a statement that reads what those changesets hold (their
-    revisions in a namespace) with them."""
-    names = list(dict.fromkeys(namespaces))
-    assert names
-    return _newest_sql(columns, names, branch, seq_bounds, window, limit)
 
 
 def _newest_sql(
@@ -200,3 +189,82 @@ def _bounds(
 def _columns() -> str:
     """Every column of the changeset, as :meth:`Changeset.objects.raw` loads it."""
     return ", ".join(str(f.column) for f in Changeset._meta.concrete_fields)
+
+
+def newest_revisions(
+    namespace: str,
+    *,
+    branch: str,
+    since: datetime | None,
+    until: datetime | None,
+    after: tuple[int, int] | None,
+    limit: int,
+) -> list[HistoryRow]:
+    """``GET /revisions?namespace=`` by namespace (and time) alone, newest first
+    (seq, then id), after the position ``after``: the namespace's newest changesets
+    on ``branch`` (:func:`newest_touching`'s arms), and their revisions in it, in one
+    statement (:func:`_revisions_of_newest`).
+
+    Every such changeset holds at least one of the page's rows, so ``limit`` of
+    them, and one more for the cursor's own (its rows may all be on the previous
+    page), hold the page: it reads about a page of index entries at any share of
+    the log. Read off the log's seq index with the namespace as a filter, a rare
+    namespace's page walked the log back to its fiftieth revision; off
+    ``revision_history``, it read every revision of the namespace and sorted them
+    (2.3 ms at 100k changesets, 8.0 ms at 10M, for a namespace of 0.02%). The
+    page is read within a partition's width below its top first
+    (``bounds.newest_in_window``), the bounds literals in both tables' arms, so
+    that it is planned over the partitions they span."""
+    found = bounds.page_bounds(
+        since=since, until=until, before_seq=None if after is None else after[0] + 1
+    )
+    if found is None:
+        return []  # nothing was written in the time window
+    tops = [found["lt"] - 1] if "lt" in found else []
+    tops += [found["lte"]] if "lte" in found else []
+    top = min(tops) if tops else bounds.log_head_seq()
+
+    def read(window: list[tuple[str, int]], n: int) -> list[Sequence[Any]]:
+        return _revisions_of_newest(namespace, branch, list(found.items()), window, after, n)
+
+    width = len(rows.VALUES)
+    page = bounds.newest_in_window(read, top=top, limit=limit)
+    return [rows.row_of(r[:width], r[width:]) for r in page]
+
+
+def _revisions_of_newest(
+    namespace: str,
+    branch: str,
+    seq_bounds: list[tuple[str, int]],
+    window: list[tuple[str, int]],
+    after: tuple[int, int] | None,
+    limit: int,
+) -> list[Sequence[Any]]:
+    """The newest ``limit`` revisions of ``namespace`` on ``branch`` within
+    ``seq_bounds`` and ``window`` (as :func:`newest_touching` takes them) and after
+    ``after``, as rows of ``rows.ROW_COLUMNS`` and their changeset's author, rpc and
+    comment."""
+    cs_sql, cs_args = _newest_sql(
+        "seq, author_name, rpc, comment", [namespace], branch, seq_bounds, window, limit + 1
+    )
+    revision = rows.REVISION
+    # The bounds are literals on this table too: its partitions are pruned when planned.
+    on_seq, seq_args = _bounds(f"{revision}.seq", None, [*seq_bounds, *window])
+    cursor_sql = "" if after is None else f" AND ({revision}.seq, {revision}.id) < (%s, %s)"
+    # LATERAL: each changeset's revisions are one seek of ``revision_seq_entity``
+    # (seq first), whatever the planner makes of the namespace's size (its
+    # ``OFFSET 0`` keeps the subquery from being pulled up into a join). Joined,
+    # it hashed every revision of the namespace below the cursor (a table of a
+    # few thousand rows in the tests).
+    sql = (
+        f"WITH cs AS MATERIALIZED ({cs_sql})"
+        f" SELECT {rows.ROW_COLUMNS}, cs.author_name, cs.rpc, cs.comment FROM cs"
+        f" CROSS JOIN LATERAL (SELECT * FROM {revision} WHERE {revision}.seq = cs.seq"
+        f" AND {revision}.branch = %s AND {revision}.namespace = %s{on_seq}{cursor_sql}"
+        f" OFFSET 0) {revision}"
+        f" ORDER BY {revision}.seq DESC, {revision}.id DESC LIMIT %s"
+    )
+    args = [*cs_args, branch, namespace, *seq_args, *(after or ()), limit]
+    with read_connection().cursor() as cursor:
+        cursor.execute(sql, args)
+        return cursor.fetchall()

@@ -27,19 +27,13 @@ from atlas.replicas import read_connection
 from changesets.archive import boundary
 from changesets.models import BASELINE, Revision
 from changesets.selectors import by_namespace
-from changesets.selectors.bounds import (
-    end_of_millisecond,
-    log_head_seq,
-    newest_in_window,
-    page_bounds,
-)
+from changesets.selectors.bounds import end_of_millisecond
 from changesets.selectors.rows import (
     AT_MICROS,
     ROW_COLUMNS,
     VALUES,
     HistoryRow,
     bound_changesets,
-    row_of,
     with_briefs,
 )
 
@@ -81,17 +75,19 @@ def namespace_revisions(
     """Revisions of one namespace on ``branch``, newest first (seq, then id), after
     the position ``after`` ((seq, id) of the last row of the previous page).
 
-    Without a key, the rows come off the ``revision_seq_entity`` (seq first) or
-    ``revision_history`` index, whichever the planner judges cheaper for the
-    namespace's share of the log: either way the page reads in proportion to that
-    share, not to the log.
-    With one, :func:`_key_revisions`. Rows, not model instances
-    (:mod:`changesets.selectors.rows`).
+    By namespace (and time) alone, by its newest changesets
+    (``by_namespace.newest_revisions``); with a key, :func:`_key_revisions`; else off
+    the ``revision_seq_entity`` (seq first) or ``revision_history`` index, the
+    planner's choice for the namespace's share of the log. Rows, not model
+    instances (:mod:`changesets.selectors.rows`).
     """
     if where.key:
         return _key_revisions(where, branch, after, limit)
-    if where.kind is None and where.author is None:
-        return _by_changesets(where, branch, after, limit)
+    if where.key is None and where.kind is None and where.author is None:
+        when = {"since": where.since, "until": where.until}
+        return by_namespace.newest_revisions(
+            where.namespace, branch=branch, **when, after=after, limit=limit
+        )
     qs = _filtered(where, branch)
     if after is not None:
         seq, rid = after
@@ -102,73 +98,6 @@ def namespace_revisions(
     qs = qs.annotate(at_micros=RawSQL(AT_MICROS, [], output_field=BigIntegerField()))
     rows = qs.order_by("-seq", "-id").values_list(*VALUES)[:limit]
     return with_briefs(list(rows))
-
-
-def _by_changesets(
-    where: RevisionFilter, branch: str, after: tuple[int, int] | None, limit: int
-) -> list[HistoryRow]:
-    """:func:`namespace_revisions` by namespace (and time) alone: the namespace's
-    newest changesets on ``branch`` off its own indexes (``by_namespace``, migration
-    0037), and their revisions in it, in one statement.
-
-    Every such changeset holds at least one of the page's rows, so ``limit`` of
-    them, and one more for the cursor's own (its rows may all be on the previous
-    page), hold the page: it reads about a page of index entries at any share of
-    the log. Read off the log's seq index with the namespace as a filter, a rare
-    namespace's page walked the log back to its fiftieth revision; off
-    ``revision_history``, it read every revision of the namespace and sorted them
-    (2.3 ms at 100k changesets, 8.0 ms at 10M, for a namespace of 0.02%). The
-    page is read within a partition's width below its top first
-    (``bounds.newest_in_window``), the bounds literals in both tables' arms, so
-    that it is planned over the partitions they span."""
-    found = page_bounds(
-        since=where.since, until=where.until, before_seq=None if after is None else after[0] + 1
-    )
-    if found is None:
-        return []  # nothing was written in the time window
-    tops = [found["lt"] - 1] if "lt" in found else []
-    tops += [found["lte"]] if "lte" in found else []
-    top = min(tops) if tops else log_head_seq()
-
-    def read(window: list[tuple[str, int]], n: int) -> list[Sequence[Any]]:
-        cs_sql, cs_args = by_namespace.newest_touching_sql(
-            [where.namespace],
-            columns="seq, author_name, rpc, comment",
-            branch=branch,
-            seq_bounds=list(found.items()),
-            window=window,
-            limit=n + 1,
-        )
-        conds = [f"{_T}.branch = %s", f"{_T}.namespace = %s"]
-        args: list[Any] = [branch, where.namespace]
-        for lookup, seq in window:  # literals on this table too: its partitions pruned
-            conds.append(f"{_T}.seq {_OPERATORS[lookup]} %s")
-            args.append(seq)
-        if after is not None:
-            conds.append(f"({_T}.seq, {_T}.id) < (%s, %s)")
-            args += list(after)
-        # LATERAL: each changeset's revisions are one seek of ``revision_seq_entity``
-        # (seq first), whatever the planner makes of the namespace's size (its
-        # ``OFFSET 0`` keeps the subquery from being pulled up into a join). Joined,
-        # it hashed every revision of the namespace below the cursor (a table of a
-        # few thousand rows in the tests).
-        sql = (
-            f"WITH cs AS MATERIALIZED ({cs_sql})"
-            f" SELECT {ROW_COLUMNS}, cs.author_name, cs.rpc, cs.comment FROM cs"
-            f" CROSS JOIN LATERAL (SELECT * FROM {_T} WHERE {_T}.seq = cs.seq"
-            f" AND {' AND '.join(conds)} OFFSET 0) {_T}"
-            f" ORDER BY {_T}.seq DESC, {_T}.id DESC LIMIT %s"
-        )
-        with read_connection().cursor() as cursor:
-            cursor.execute(sql, [*cs_args, *args, n])
-            return cursor.fetchall()
-
-    width = len(VALUES)
-    rows = newest_in_window(read, top=top, limit=limit)
-    return [row_of(r[:width], r[width:]) for r in rows]
-
-
-_OPERATORS = {"lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 
 
 # How many revisions below a key-filtered page's start its newest-first walk
