@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet, Subquery
+from django.db.models import QuerySet
 
 from atlas.replicas import read_connection
 from changesets import partitions, pointers
 from changesets.archive import boundary
-from changesets.models import BASELINE, Changeset, Revision
-from changesets.selectors import bounds, entity_keys
+from changesets.models import BASELINE, Revision
+from changesets.selectors import bounds, changeset_ids, entity_keys
 from changesets.selectors.rows import REVISION as _T
 from changesets.selectors.rows import changeset_briefs
 from entities.store import EntityKey
@@ -244,13 +244,18 @@ def branch_holds(*, key: EntityKey, branch: str, changeset_id: Any) -> bool:
     """Whether the entity read under ``branch`` comes from the branch's overlay:
     its last writer (``changeset_id``) is one of the branch's changesets.
 
-    The revision is sought by the changeset's seq as well as its id: seq names
-    one partition, ``changeset_id`` alone every partition's index."""
-    seq = Changeset.objects.filter(pk=changeset_id).values("seq")[:1]
+    The revision is sought by the changeset's seq as well as its id, found first
+    (``changeset_ids.seq_of``: one partition's primary key), so that both
+    statements are planned over one partition: ``changeset_id`` alone names
+    every partition's index, and the seq as a subquery was planned over every
+    partition of both tables."""
+    if not branch:
+        return False
+    seq = changeset_ids.seq_of(changeset_id)
     return (
-        bool(branch)
+        seq is not None
         and Revision.objects.filter(
-            seq=Subquery(seq),
+            seq=seq,
             changeset_id=changeset_id,
             namespace=key.namespace,
             kind=key.kind,
