@@ -32,7 +32,7 @@ from atlas.replicas import read_connection
 from changesets import partitions
 from changesets.admin.distinct import distinct_values
 from changesets.selectors import changeset_ids
-from changesets.selectors.bounds import log_head_seq
+from changesets.selectors.bounds import SEQ_OPERATORS, log_head_seq
 
 # Candidates read per round, and per page at most (the page then offers "older").
 CHUNK = 100
@@ -57,7 +57,6 @@ CROSS JOIN LATERAL (
 ORDER BY m.seq {order}, m.id {order}
 LIMIT %(limit)s
 """
-_WINDOW_OPS = {"gte": ">=", "lte": "<=", "lt": "<"}
 _BOUNDS = {
     (BEFORE, False): ("TRUE", "DESC"),
     (BEFORE, True): ("r.seq <= %(s)s AND (r.seq, r.id) < (%(s)s, %(i)s)", "DESC"),
@@ -142,7 +141,7 @@ def candidates(
     def read(window: list[tuple[str, int]], n: int) -> list[Candidate]:
         # The window's bounds are literals (client-side binding): the statement is
         # planned over the partitions they span, not each prefix's scan of all.
-        bound = " AND ".join([where, *(f"r.seq {_WINDOW_OPS[op]} {seq:d}" for op, seq in window)])
+        bound = " AND ".join([where, *(f"r.seq {SEQ_OPERATORS[op]} {seq:d}" for op, seq in window)])
         with read_connection().cursor() as cursor:  # a replica's, when configured
             cursor.execute(_CANDIDATES_SQL.format(bound=bound, order=order), {**params, "limit": n})
             return [Candidate(*row) for row in cursor.fetchall()]

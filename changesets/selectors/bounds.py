@@ -109,6 +109,19 @@ def resolve(*, since: datetime | None, until: datetime | None) -> dict[str, int]
     return bounds
 
 
+# A seq bound's lookup (as ``page_bounds`` and ``newest_in_window`` name it) as SQL.
+SEQ_OPERATORS = {"lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
+
+
+def page_top(found: dict[str, int]) -> int | None:
+    """The newest seq a page within ``found`` (:func:`page_bounds`) can hold: its
+    cursor's, its ``until``'s, else the log head's (the top of
+    :func:`newest_in_window`)."""
+    tops = [found["lt"] - 1] if "lt" in found else []
+    tops += [found["lte"]] if "lte" in found else []
+    return min(tops) if tops else log_head_seq()
+
+
 def log_head_seq() -> int | None:
     """The log head's seq; None without a head row (a log Atlas did not write)."""
     return LogHead.objects.filter(pk=1).values_list("seq", flat=True).first()

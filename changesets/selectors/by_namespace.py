@@ -167,9 +167,6 @@ def _wide_arm(
     return sql, [names, *late_args, *window_args, limit]
 
 
-_OPERATORS = {"lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
-
-
 def _bounds(
     column: str, branch: str | None, seq_bounds: Sequence[tuple[str, int]]
 ) -> tuple[str, list[Any]]:
@@ -181,7 +178,7 @@ def _bounds(
         sql += " AND branch = %s"
         args.append(branch)
     for lookup, seq in seq_bounds:
-        sql += f" AND {column} {_OPERATORS[lookup]} %s"
+        sql += f" AND {column} {bounds.SEQ_OPERATORS[lookup]} %s"
         args.append(int(seq))
     return sql, args
 
@@ -220,15 +217,12 @@ def newest_revisions(
     )
     if found is None:
         return []  # nothing was written in the time window
-    tops = [found["lt"] - 1] if "lt" in found else []
-    tops += [found["lte"]] if "lte" in found else []
-    top = min(tops) if tops else bounds.log_head_seq()
 
     def read(window: list[tuple[str, int]], n: int) -> list[Sequence[Any]]:
         return _revisions_of_newest(namespace, branch, list(found.items()), window, after, n)
 
     width = len(rows.VALUES)
-    page = bounds.newest_in_window(read, top=top, limit=limit)
+    page = bounds.newest_in_window(read, top=bounds.page_top(found), limit=limit)
     return [rows.row_of(r[:width], r[width:]) for r in page]
 
 

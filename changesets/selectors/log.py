@@ -23,7 +23,12 @@ from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase, ArchiveCut
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
 from changesets.selectors import by_namespace, changeset_ids
-from changesets.selectors.bounds import log_head_seq, newest_in_window, page_bounds, within
+from changesets.selectors.bounds import (
+    newest_in_window,
+    page_bounds,
+    page_top,
+    within,
+)
 from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
 from entities.store import EntityKey
 
@@ -207,11 +212,7 @@ def _read_page(
 
     if not windowed:
         return read([], limit)
-    # The page's newest possible seq: the cursor's, an ``until``'s, else the head's.
-    tops = [bounds["lt"] - 1] if "lt" in bounds else []
-    tops += [bounds["lte"]] if "lte" in bounds else []
-    top = min(tops) if tops else log_head_seq()
-    return newest_in_window(read, top=top, limit=limit)
+    return newest_in_window(read, top=page_top(bounds), limit=limit)
 
 
 def _page_source(
