@@ -194,10 +194,12 @@ def _walk(
     changesets (13 partitions) against 1.3 ms of execution."""
     entity = entity_keys.entity_where(key, branch)
     top = bounds.log_head_seq() if bound is None else bound - 1 if strictly_below else bound
+    # The newest partition's width below the top (None: the top is within it of the start).
     lower = top - partitions.width() if top is not None else None
-    size, low, rows = _window(entity, top, lower if lower and lower > 0 else None, still_open())
+    lower = lower if lower is not None and lower > 0 else None
+    size, low, rows = _window(entity, top, lower, still_open())
     yield from rows
-    if size < entity_keys.ENTITY_KEY_WINDOW and lower and lower > 0 and still_open():
+    if size < entity_keys.ENTITY_KEY_WINDOW and lower is not None and still_open():
         # The newest partition's width held less than a window: the rest of one below it.
         size, low, rows = _window(entity, lower, None, still_open())
         yield from rows
@@ -220,9 +222,9 @@ def _walk(
 def _window(
     entity: tuple[str, list[Any]], upper: int | None, lower: int | None, leaves: list[str]
 ) -> tuple[int, int, list[_Step]]:
-    """The window below ``upper`` and above ``lower`` (both inclusive of nothing
-    beyond them; None: unbounded): its size, its oldest seq, and its revisions
-    that touched any of ``leaves``, newest first."""
+    """The window at or below seq ``upper`` and above seq ``lower`` (None: unbounded):
+    its size, its oldest seq, and its revisions that touched any of ``leaves``,
+    newest first."""
     if not leaves:
         return 0, 0, []
     where, args = entity[0], list(entity[1])
