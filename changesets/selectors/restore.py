@@ -327,9 +327,10 @@ def _deleted(where: str, params: Sequence[Any]) -> list[tuple[DeletedEntity, boo
         after_cut = f"AND seq > {int(floor)} " if floor else ""
         cursor.execute(_DELETED.format(where=where, after_cut=after_cut), params)
         rows = cursor.fetchall()
-    briefs = changeset_briefs(row[7] for row in rows)
-    # A delete whose changeset went between the two statements (an archive cut) is
-    # left out, as the join left it out.
+    briefs = changeset_briefs((row[7] for row in rows), using=connection)
+    # On the connection the deletes came from, as the join read them. A delete whose
+    # changeset went between the two statements (an archive cut) is left out, as the
+    # join left it out.
     return [
         (
             DeletedEntity(

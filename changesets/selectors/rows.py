@@ -31,6 +31,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from django.db.backends.base.base import BaseDatabaseWrapper
+
 from atlas.replicas import read_connection
 from changesets.undo import before_image
 from entities.store import load_json
@@ -143,13 +145,16 @@ def with_briefs(rows: Sequence[Sequence[Any]]) -> list[HistoryRow]:
     return [row_of(r, briefs[r[2]]) for r in rows if r[2] in briefs]
 
 
-def changeset_briefs(seqs: Iterable[int]) -> dict[int, tuple[str, str, str]]:
+def changeset_briefs(
+    seqs: Iterable[int], *, using: BaseDatabaseWrapper | None = None
+) -> dict[int, tuple[str, str, str]]:
     """``(author_name, rpc, comment)`` of the changesets at ``seqs``, by seq: one
-    statement, pruned to the partitions that hold them (none for no seqs)."""
+    statement, pruned to the partitions that hold them (none for no seqs). Read on
+    ``using``, the connection the seqs came from (default: ``read_connection()``)."""
     wanted = sorted(set(seqs))
     if not wanted:
         return {}
-    with read_connection().cursor() as cursor:
+    with (using or read_connection()).cursor() as cursor:
         cursor.execute(_BRIEFS, [wanted])
         return {seq: (author, rpc, comment) for seq, author, rpc, comment in cursor.fetchall()}
 
