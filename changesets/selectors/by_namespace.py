@@ -34,6 +34,7 @@ from django.db.models import Q, Value
 from django.db.models.lookups import In
 
 from atlas.replicas import read_connection
+from changesets import partitions
 from changesets.models import Changeset, namespace_key, text_key
 from changesets.selectors import bounds, rows
 from changesets.selectors.rows import HistoryRow
@@ -262,3 +263,107 @@ def _revisions_of_newest(
     with read_connection().cursor() as cursor:
         cursor.execute(sql, args)
         return cursor.fetchall()
+
+
+# A namespace's changesets a key-filtered walk reads at most (:func:`walk_revisions`),
+# and their revisions it tests at most. About a page: read for more, the planner
+# took a namespace of a few percent's newest changesets off the log's seq index,
+# testing each (as it does for a page, where that is the cheap plan), and a
+# thousand of them were 33,000 rows at a million changesets.
+WALK_CHANGESETS = 64
+WALK_REVISIONS = 3000
+
+
+def walk_revisions(
+    namespace: str,
+    *,
+    branch: str,
+    found: dict[str, int],
+    top: int | None,
+    after: tuple[int, int] | None,
+    test: tuple[str, list[Any]],
+    need: int,
+) -> tuple[list[Sequence[Any]], tuple[int, int] | None]:
+    """The newest ``need`` revisions of ``namespace`` on ``branch`` that pass ``test``
+    (SQL on the revision table, and its parameters), within ``found``
+    (:func:`bounds.page_bounds`; ``top``: the newest seq within them,
+    :func:`bounds.page_top`) and after the position ``after``, walked newest
+    first by the namespace's own changesets: rows of ``rows.ROW_COLUMNS``, and
+    where the walk stopped short of the page: None if it did not (the page is
+    full, or it read every revision there was), else the position ``(seq, id)``
+    below which it did not look (the caller goes on from there; ids are
+    positive, so ``(seq, 0)`` is "below seq").
+
+    The walk reads the namespace's newest ``WALK_CHANGESETS`` changesets on the
+    branch within a partition's width below the page's top (the arms of
+    :func:`newest_touching`, the bounds literals, so that the statement is
+    planned over the partitions they span), then their revisions in the
+    namespace, one seek each, testing each, and stops at the page or at
+    ``WALK_REVISIONS`` revisions. Why: a key that the namespace's changes often
+    touch is found among its newest revisions, however many other namespaces
+    wrote since, where a walk of the log's newest revisions read whatever was
+    written elsewhere first (``keys._key_revisions`` goes on from where it stopped).
+    """
+    low = 0 if top is None else top - partitions.width()
+    window: list[tuple[str, int]] = []
+    if top is not None and low > 0:
+        window = [("gt", low), ("lte", top)]
+    sql, args = _walk_sql(namespace, branch, [*found.items()], window, after, test, need)
+    with read_connection().cursor() as cursor:
+        cursor.execute(sql, args)
+        fetched = cursor.fetchall()
+    width = len(rows.VALUES)
+    marker = fetched.pop() if fetched and fetched[-1][0] is None else None
+    page = [r[:width] for r in fetched]
+    if marker is None:
+        return page, None
+    changesets, oldest_changeset, walked, last_seq, last_id = marker[width:]
+    if walked >= WALK_REVISIONS:  # it stopped at a revision (maybe inside a changeset)
+        return page, (last_seq, last_id)
+    if changesets >= WALK_CHANGESETS:  # at a changeset, all of whose revisions it read
+        return page, (oldest_changeset, 0)
+    if window:  # at the window's floor
+        return page, (low + 1, 0)
+    return page, None
+
+
+def _walk_sql(
+    namespace: str,
+    branch: str,
+    seq_bounds: list[tuple[str, int]],
+    window: list[tuple[str, int]],
+    after: tuple[int, int] | None,
+    test: tuple[str, list[Any]],
+    need: int,
+) -> tuple[str, list[Any]]:
+    """:func:`walk_revisions`' statement and its parameters.
+
+    ``walk`` is evaluated as far as ``page`` reads it: a page of a key every
+    change touches stops after its rows. The marker row (no id), only when the
+    page came up short, says how far the walk read: its changesets and their
+    oldest seq, its revisions and the oldest position among them."""
+    cs_sql, cs_args = _newest_sql("seq", [namespace], branch, seq_bounds, window, WALK_CHANGESETS)
+    revision = rows.REVISION
+    on_seq, seq_args = _bounds(f"{revision}.seq", None, [*seq_bounds, *window])
+    cursor_sql = "" if after is None else f" AND ({revision}.seq, {revision}.id) < (%s, %s)"
+    test_sql, test_args = test
+    blanks = ", ".join(["NULL"] * len(rows.VALUES))
+    sql = (
+        f"WITH cs AS MATERIALIZED ({cs_sql}),"
+        f" walk AS MATERIALIZED (SELECT w.id, w.seq, w.hit FROM cs CROSS JOIN LATERAL"
+        f" (SELECT {revision}.id, {revision}.seq, ({test_sql}) AS hit FROM {revision}"
+        f" WHERE {revision}.seq = cs.seq AND {revision}.branch = %s"
+        f" AND {revision}.namespace = %s{on_seq}{cursor_sql}"
+        f" ORDER BY {revision}.id DESC OFFSET 0) w LIMIT {WALK_REVISIONS:d}),"
+        f" page AS MATERIALIZED (SELECT id, seq FROM walk WHERE hit LIMIT %s)"
+        f" SELECT {rows.ROW_COLUMNS}, {', '.join(['NULL::int8'] * 5)}"
+        f" FROM {revision} JOIN page ON page.id = {revision}.id AND page.seq = {revision}.seq"
+        f"{on_seq}"
+        f" UNION ALL SELECT {blanks}, (SELECT count(*) FROM cs), (SELECT min(seq) FROM cs),"
+        " (SELECT count(*) FROM walk), last.seq, last.id"
+        " FROM (SELECT NULL) one LEFT JOIN (SELECT seq, id FROM walk ORDER BY seq, id LIMIT 1)"
+        " last ON true WHERE (SELECT count(*) FROM page) < %s"
+        " ORDER BY 3 DESC NULLS LAST, 1 DESC NULLS LAST"
+    )
+    args = [*cs_args, *test_args, branch, namespace, *seq_args, *(after or ()), need]
+    return sql, [*args, *seq_args, need]

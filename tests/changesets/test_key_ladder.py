@@ -1,8 +1,11 @@
 """``GET /revisions?namespace=&key=`` costs what the cheaper way to its page costs.
 
-A GIN index cannot return a key's revisions newest first, so
-``keys._key_revisions`` alternates walks of the log and probes of the key's
-posting list, each rung ``KEY_STEP`` times the last. The log seeded here is
+A GIN index cannot return a key's revisions newest first, so after a walk of
+the namespace's newest revisions (``by_namespace.walk_revisions``) a page's
+updates come from ``key_ladder.below``, which alternates probes of the key's
+posting list and walks of the log, each rung ``KEY_STEP`` times the last (its
+creates and deletes are ``key_images``': tests/changesets/test_key_images.py).
+Every revision seeded here is an update. The log seeded here is
 the shape that used to walk the whole log (33.6 s at 10M revisions in
 bench/keys_blame_diff.py): a key with more matches than one probe holds, all
 of them old, under a long run of writes to another namespace. EXPLAIN ANALYZE
@@ -21,7 +24,7 @@ from django.test.utils import CaptureQueriesContext
 from changesets import pointers
 from changesets.fields import POINTER_SEPARATOR
 from changesets.models import Revision
-from changesets.selectors import keys
+from changesets.selectors import by_namespace, key_ladder, keys
 from tests.changesets.partition_helpers import parent_index
 from tests.changesets.test_time_seek import analyze, nodes
 
@@ -34,10 +37,26 @@ UUID_OF = (
 )
 
 
-def write(cursor: Any, namespace: str, first: int, count: int, changed: str, per: int = 1) -> int:
+# A revision's images and versions by its op, as the table's check wants them.
+IMAGES = {
+    "update": "NULL, jsonb_build_object('r', r), 1, 2",
+    "create": "NULL, jsonb_build_object('r', r), NULL, 1",
+    "delete": "jsonb_build_object('r', r), NULL, 1, NULL",
+}
+
+
+def write(
+    cursor: Any,
+    namespace: str,
+    first: int,
+    count: int,
+    changed: str,
+    per: int = 1,
+    op: str = "update",
+) -> int:
     """``count`` changesets of ``per`` revisions in ``namespace`` from seq ``first``,
-    each revision's ``changed`` given by the SQL expression ``changed`` (over ``r``,
-    the revision's number in this run); the next free seq."""
+    each an ``op`` of entity ``e<r>`` whose ``changed`` is the SQL expression
+    ``changed`` (over ``r``, the revision's number in this run); the next free seq."""
     cursor.execute(
         f"""
         INSERT INTO changesets_changeset
@@ -55,12 +74,11 @@ def write(cursor: Any, namespace: str, first: int, count: int, changed: str, per
             (changeset_id, seq, branch, at, namespace, kind, slug, op, undo, after,
              before_version, after_version, changed)
         SELECT {UUID_OF.format(g="g")}, g, '', to_timestamp(1700000000 + g), %(ns)s, 'item',
-               'e' || r, 'update', NULL, jsonb_build_object('r', r), 1, 2,
-               array_to_string({changed}, '~2')
+               'e' || r, %(op)s, {IMAGES[op]}, array_to_string({changed}, '~2')
         FROM generate_series(0, %(count)s * %(per)s - 1) AS r,
              LATERAL (SELECT %(first)s + r / %(per)s AS g) AS x
         """,
-        {"first": first, "count": count, "ns": namespace, "per": per},
+        {"first": first, "count": count, "ns": namespace, "per": per, "op": op},
     )
     return first + count
 
@@ -84,11 +102,18 @@ def log() -> None:
 @pytest.fixture
 def small(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ladder at the seeded log's scale: walks of 100, 1,000, 10,000 revisions,
-    probes of 200, 2,000, 20,000 matches."""
-    monkeypatch.setattr(keys, "KEY_WINDOW", 100)
-    monkeypatch.setattr(keys, "KEY_PROBE", 200)
-    monkeypatch.setattr(keys, "KEY_STEP", 10)
-    monkeypatch.setattr(keys, "KEY_RUNGS", 3)
+    probes of 200, 2,000, 20,000 matches; before it, a walk of the namespace's
+    newest 20 changesets (at most 30 revisions)."""
+    walk_of_the_namespace(monkeypatch, 20, 30)
+    monkeypatch.setattr(key_ladder, "KEY_WINDOW", 100)
+    monkeypatch.setattr(key_ladder, "KEY_PROBE", 200)
+    monkeypatch.setattr(key_ladder, "KEY_STEP", 10)
+    monkeypatch.setattr(key_ladder, "KEY_RUNGS", 3)
+
+
+def walk_of_the_namespace(monkeypatch: pytest.MonkeyPatch, changesets: int, revisions: int) -> None:
+    monkeypatch.setattr(by_namespace, "WALK_CHANGESETS", changesets)
+    monkeypatch.setattr(by_namespace, "WALK_REVISIONS", revisions)
 
 
 def brute(namespace: str, key: str, after: tuple[int, int] | None = None) -> list[int]:
@@ -108,13 +133,21 @@ def page(namespace: str, key: str, after: tuple[int, int] | None = None) -> Any:
     )
 
 
-def statements(call: Any) -> tuple[Any, list[str]]:
-    """The result of ``call()`` and the statements it ran (a rung each), less the
-    last, which reads the page's changesets by their seqs (``rows.with_briefs``)."""
+def statements(call: Any, *, walk: list[str] | None = None) -> tuple[Any, list[str]]:
+    """The result of ``call()`` and the ladder's statements it ran (a rung each): less
+    the read of the log head, the walk of the namespace (first; appended to ``walk``
+    if given), the page's creates and deletes (``key_images``, next to last: this
+    log has none), and the last, which reads the page's changesets by their seqs
+    (``rows.with_briefs``)."""
     with CaptureQueriesContext(connection) as queries:
         result = call()
-    *rungs, briefs = [q["sql"] for q in queries.captured_queries]
+    head, first, *rungs, images, briefs = [q["sql"] for q in queries.captured_queries]
+    assert head.startswith('SELECT "changesets_loghead"."seq"'), head
+    assert first.startswith("WITH cs AS MATERIALIZED"), first
+    assert images.startswith("WITH win AS MATERIALIZED"), images
     assert briefs.startswith("SELECT seq, author_name, rpc, comment FROM changesets_changeset")
+    if walk is not None:
+        walk.append(first)
     return result, rungs
 
 
@@ -134,42 +167,73 @@ def test_an_old_key_with_more_matches_than_a_probe_is_not_walked_back_to(log, sm
     rows, sqls = statements(lambda: page(OLD, "/payload"))
     assert [r.id for r in rows] == brute(OLD, "/payload")
     assert len(rows) == 51
-    # Two rungs, a statement each. Their walks and bounds' counts: 2 x (100 + 1,000),
-    # and a row past each count's end (the first rung's and each of the second's
-    # ten hops').
+    # Two rungs, a statement each: the first probe (below the namespace's walk),
+    # then the second rung's walk and its bound's ten hops of 100 (and a row past
+    # each hop's end), within a hop's worth.
     assert len(sqls) == 2, sqls
     read = sum(walked(analyze(sql)) for sql in sqls)
-    assert read <= 2 * (100 + 1000) + 11 + 10, read
+    assert read <= 1000 + 11 * 101, read
 
 
 def test_a_key_quiet_under_a_short_burst_is_walked_to(log, small):
-    # OLD's /v has 1,300 matches, the newest 5,000 revisions down: the window
-    # misses, the first probe is full, the second rung's walk... is 1,000 short of
-    # them, the second probe holds all 1,300.
-    rows, sqls = statements(lambda: page(OLD, "/v"))
+    # OLD's /v has 1,300 matches, the newest 5,000 revisions down. Walked from the
+    # log's top, the window missed them, the first probe was full, the second
+    # rung's walk was 1,000 short of them and the second probe held all 1,300. Now
+    # the namespace's walk reads its newest 20 (all /v), the first probe (200) is
+    # full, and the second rung's walk goes on from there, among OLD's revisions.
+    walk: list[str] = []
+    rows, sqls = statements(lambda: page(OLD, "/v"), walk=walk)
     assert [r.id for r in rows] == brute(OLD, "/v")
     assert len(sqls) == 2, sqls
-    assert sum(walked(analyze(sql)) for sql in sqls) <= 2 * (100 + 1000) + 11 + 10
+    assert walked(analyze(walk[0])) <= 20
+    assert walked(analyze(sqls[0])) == 0  # the probe alone
+    # The walk, and its bound's ten hops of 100 (and a row past each), within a hop's worth.
+    assert walked(analyze(sqls[1])) <= 1000 + 11 * 101
 
 
-def test_a_key_changed_often_is_one_statement(log, small):
-    # BUSY's /v is in every one of its revisions: the first rung's walk fills the
-    # page, and no later rung is planned or sent.
-    rows, sqls = statements(lambda: page(BUSY, "/v"))
+def test_a_key_changed_often_is_one_statement(log, small, monkeypatch):
+    # BUSY's /v is in every one of its revisions: the namespace's walk fills the
+    # page, and no rung of the ladder is planned or sent.
+    walk_of_the_namespace(monkeypatch, 100, 100)
+    walk: list[str] = []
+    rows, sqls = statements(lambda: page(BUSY, "/v"), walk=walk)
     assert [r.id for r in rows] == brute(BUSY, "/v") and len(rows) == 51
-    assert len(sqls) == 1, sqls
+    assert sqls == []
+    assert walked(analyze(walk[0])) <= 51
+
+
+def test_a_key_the_namespace_changes_often_is_found_under_other_namespaces_writes(log):
+    # OLD's /v is in every one of its 300 newest revisions, under 5,000 writes to
+    # BUSY. The ladder's walk of the log's newest revisions would read BUSY's 3,000
+    # and then count OLD's 1,300 matches off the posting list; walked by OLD's own
+    # changesets (the sizes as shipped), the page is OLD's newest 51 revisions.
+    walk: list[str] = []
+    rows, sqls = statements(lambda: page(OLD, "/v"), walk=walk)
+    assert [r.id for r in rows] == brute(OLD, "/v") and len(rows) == 51
+    assert sqls == []
+    assert walked(analyze(walk[0])) <= 51
 
 
 @pytest.mark.parametrize(
-    "probe, step, rungs",
-    [(200, 10, 3), (20, 2, 2), (5, 3, 3), (2000, 10, 1), (1, 2, 1)],
+    "probe, step, rungs, walk",
+    [
+        (200, 10, 3, (20, 30)),
+        (20, 2, 2, (7, 5)),
+        (5, 3, 3, (1, 1)),
+        (2000, 10, 1, (1000, 3000)),
+        (1, 2, 1, (50, 2)),
+    ],
     ids=["probe-holds", "last-walk", "three-rungs", "one-rung", "tiny"],
 )
-def test_every_page_across_every_rung_in_order(log, monkeypatch, probe, step, rungs):
-    monkeypatch.setattr(keys, "KEY_WINDOW", 100)
-    monkeypatch.setattr(keys, "KEY_PROBE", probe)
-    monkeypatch.setattr(keys, "KEY_STEP", step)
-    monkeypatch.setattr(keys, "KEY_RUNGS", rungs)
+def test_every_page_across_every_rung_in_order(log, monkeypatch, probe, step, rungs, walk):
+    # ``walk``: the namespace's walk's changesets and revisions. Fewer revisions than
+    # changesets' (BUSY's are two each) stop it inside a changeset, whose rows are
+    # then the ladder's.
+    walk_of_the_namespace(monkeypatch, *walk)
+    monkeypatch.setattr(key_ladder, "KEY_WINDOW", 100)
+    monkeypatch.setattr(key_ladder, "KEY_PROBE", probe)
+    monkeypatch.setattr(key_ladder, "KEY_STEP", step)
+    monkeypatch.setattr(key_ladder, "KEY_RUNGS", rungs)
     for namespace, key in [(OLD, "/v"), (OLD, "/w"), (OLD, "/payload"), (BUSY, "/v")]:
         after, seen = None, 0
         while True:
