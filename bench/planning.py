@@ -40,6 +40,9 @@ PAGES = [
     "history by key (busy entity)",
     "blame (busy entity)",
     "revisions of a namespace",
+    "revisions by key /price (mid)",
+    "revisions by key /name (busy)",
+    "revisions by key nothing touched (busy)",
     "changesets",
     "changesets, scoped",
     "changesets, scoped, since long ago",
@@ -75,6 +78,15 @@ def _pages() -> dict[str, Callable[[], Any]]:
         "blame (busy entity)": lambda: blame.blame(content=content, key=busy),
         "revisions of a namespace": lambda: keys.namespace_revisions(
             where=keys.RevisionFilter(namespace=pop.MID_NS)
+        ),
+        "revisions by key /price (mid)": lambda: keys.namespace_revisions(
+            where=keys.RevisionFilter(namespace=pop.MID_NS, key="/price")
+        ),
+        "revisions by key /name (busy)": lambda: keys.namespace_revisions(
+            where=keys.RevisionFilter(namespace=pop.BUSY_NS, key="/name")
+        ),
+        "revisions by key nothing touched (busy)": lambda: keys.namespace_revisions(
+            where=keys.RevisionFilter(namespace=pop.BUSY_NS, key="/nothing")
         ),
         "changesets": lambda: log.changeset_list(namespaces=None),
         "changesets, scoped": lambda: log.changeset_list(namespaces=scoped),

@@ -161,6 +161,9 @@ def api_pages(f: dict[str, Any], user: str) -> list[tuple[str, str]]:
         ("api changes feed", f"{API}/changes?limit=100"),
         ("api entities deleted=true", f"{API}/entities?namespace={mid}&deleted=true"),
         ("api revisions namespace=mid key=/price", f"{API}/revisions?namespace={mid}&key=/price"),
+        # A key every create sets and no update changes: matched by the namespace's
+        # every create, most of them old (the superuser's is the busy namespace).
+        ("api revisions key=/name", f"{API}/revisions?namespace={ns}&key=/name"),
         (
             "api entity history busy key=/price",
             f"{API}/entities/{ns}/item/obj-0/history?key=/price",
