@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from atlas.replicas import read_connection
+from changesets.selectors.key_ladder import Cond
 from changesets.selectors.rows import REVISION, ROW_COLUMNS, VALUES
 
 _T = REVISION
@@ -52,7 +53,7 @@ def image_revisions(
     branch: str,
     namespace: str,
     key: str,
-    tests: tuple[str, list[Any]],
+    tests: Cond,
     after: tuple[int, int] | None,
     floor: tuple[int, int] | None,
     top: int | None,
@@ -106,7 +107,7 @@ def _below_window(
     branch: str,
     namespace: str,
     key: str,
-    tests: tuple[str, list[Any]],
+    tests: Cond,
     edge: tuple[int, int],
     after: tuple[int, int] | None,
     floor: tuple[int, int] | None,
@@ -172,7 +173,7 @@ def _bounds(
     comparison prunes no partition when the statement is planned. A probe's
     (``seq + 0``) prune nothing: on ``seq``, the planner could AND in a bitmap
     of the seq index's range, which below a cursor, or above the floor of a key
-    whose updates are rare, can be most of the log (``keys._rung`` says so too)."""
+    whose updates are rare, can be most of the log (``key_ladder._rung`` says so too)."""
     sql, args = "", []
     plain = seq == f"{_T}.seq"
     if top is not None:

@@ -163,7 +163,7 @@ def _rung(
     top: int | None,
     need: int,
 ) -> tuple[str, list[Any]]:
-    """The statement of one rung of :func:`_key_revisions` and its parameters: the
+    """The statement of one rung of :func:`below` and its parameters: the
     walk of the revisions between ``top`` (the page's start on the first rung) and
     the rung's bound, then the probe below the bound (the last rung: an unbounded
     walk), the first ``need`` of their rows, and a marker row if they come up

@@ -27,6 +27,7 @@ from changesets.archive import boundary
 from changesets.models import BASELINE, Revision
 from changesets.selectors import by_namespace, key_images, key_ladder
 from changesets.selectors.bounds import end_of_millisecond, page_bounds, page_top
+from changesets.selectors.key_ladder import Cond
 from changesets.selectors.rows import (
     AT_MICROS,
     VALUES,
@@ -44,7 +45,7 @@ KEY_TERMS = f"atlas_key_terms({_T}.branch, {_T}.namespace, {_T}.changed, {_T}.op
 KEY_RULE = f"{KEY_TERMS} && atlas_key_query(%s, %s, %s)"
 # The same on an update's terms alone (migration 0039), and what tells an update.
 _UPDATE_RULE = f"{KEY_TERMS} && atlas_update_key_query(%s, %s, %s)"
-_UPDATE: tuple[str, list[Any]] = (f"{_T}.op = 'update'", [])
+_UPDATE: Cond = (f"{_T}.op = 'update'", [])
 
 
 def key_filter(*, branch: str, namespace: str, key: str) -> Q | RawSQL:
@@ -149,15 +150,16 @@ def _key_revisions(
     )
     if found is None:
         return []  # nothing was written in the time window
-    conds = [*_key_conds(where), touching([where.key])]
+    # What every source tests besides branch, namespace and op: once for them all.
+    base, rule = _key_conds(where), touching([where.key])
     top = page_top(found)
-    updates = _updates(where, branch, found, top, after, conds, limit)
+    updates = _updates(where, branch, found, top, after, base, rule, limit)
     floor = (updates[-1][2], updates[-1][0]) if len(updates) >= limit else None
     images = key_images.image_revisions(
         branch=branch,
         namespace=where.namespace,
         key=where.key,
-        tests=_sql_of(conds),
+        tests=_sql_of([*base, rule]),
         after=after,
         floor=floor,
         top=top,
@@ -173,40 +175,40 @@ def _updates(
     found: dict[str, int],
     top: int | None,
     after: tuple[int, int] | None,
-    conds: list[_Cond],
+    base: list[Cond],
+    rule: Cond,
     limit: int,
 ) -> list[Sequence[Any]]:
     """The newest ``limit`` updates of the page (rows of ``rows.ROW_COLUMNS``): the
     namespace's own newest revisions first (``by_namespace.walk_revisions``: a key
     the namespace's changes often touch is there, whatever other namespaces wrote
-    since), then, from where that walk stopped, ``key_ladder.below``."""
+    since), then, from where that walk stopped, ``key_ladder.below``. ``base``:
+    the page's conditions besides the key rule (:func:`_key_conds`), ``rule``
+    the key rule tested row by row (:func:`touching`)."""
     updates, edge = by_namespace.walk_revisions(
         where.namespace,
         branch=branch,
         found=found,
         top=top,
         after=after,
-        test=_sql_of([_UPDATE, *conds]),
+        test=_sql_of([_UPDATE, *base, rule]),
         need=limit,
     )
     if edge is not None:  # below the namespace's walk, within the page's start
         start = edge if after is None else min(after, edge)
-        walk, probe = _ladder_tests(where, branch, start)
+        walk, probe = _ladder_tests(where, branch, start, base, rule)
         updates += key_ladder.below(walk, probe, start, limit - len(updates))
     return updates
 
 
-# A condition of the SQL below and its parameters.
-_Cond = tuple[str, list[Any]]
-
-
 def _ladder_tests(
-    where: RevisionFilter, branch: str, after: tuple[int, int] | None
-) -> tuple[_Cond, _Cond]:
-    """What a walk tests on each row, and what a probe asks the posting list: of
-    updates only (the page's creates and deletes are ``key_images``')."""
+    where: RevisionFilter, branch: str, after: tuple[int, int], conds: list[Cond], rule: Cond
+) -> tuple[Cond, Cond]:
+    """What a walk tests on each row (the key ``rule`` among them), and what a
+    probe asks the posting list, below ``after`` and with the page's other
+    ``conds``: of updates only (the page's creates and deletes are
+    ``key_images``')."""
     assert where.key
-    conds = _key_conds(where)
     # The walk spells branch and namespace so that no index matches them: the
     # planner, expecting few matches, otherwise read the range out of
     # ``revision_history``, i.e. every entry of the namespace (its seq is not a
@@ -216,22 +218,21 @@ def _ladder_tests(
         (f"{_T}.namespace || '' = %s", [where.namespace]),
         _UPDATE,
         *conds,
-        touching([where.key]),
+        rule,
     ]
     probe_tests = [(_UPDATE_RULE, [branch, where.namespace, where.key]), *conds]
-    if after is not None:
-        walk_tests.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
-        probe_tests.append((f"({_T}.seq + 0, {_T}.id) < (%s, %s)", list(after)))
+    walk_tests.append((f"({_T}.seq, {_T}.id) < (%s, %s)", list(after)))
+    probe_tests.append((f"({_T}.seq + 0, {_T}.id) < (%s, %s)", list(after)))
     return _sql_of(walk_tests), _sql_of(probe_tests)
 
 
-def _sql_of(parts: list[_Cond]) -> _Cond:
+def _sql_of(parts: list[Cond]) -> Cond:
     return " AND ".join(c for c, _ in parts), [p for _, ps in parts for p in ps]
 
 
-def _key_conds(where: RevisionFilter) -> list[_Cond]:
+def _key_conds(where: RevisionFilter) -> list[Cond]:
     """What every arm of a key-filtered page tests besides the key rule."""
-    conds: list[_Cond] = []
+    conds: list[Cond] = []
     if where.kind is not None:
         conds.append((f"{_T}.kind = %s", [where.kind]))
     if where.author is not None:
@@ -242,10 +243,7 @@ def _key_conds(where: RevisionFilter) -> list[_Cond]:
                 [where.author],
             )
         )
-    if where.since is not None:
-        boundary.check_since(
-            where.since, "since reaches back to the archive cut.", pointer="/since"
-        )
+    if where.since is not None:  # (checked against the archive cut by ``page_bounds``)
         conds.append((f"{_T}.at >= %s", [where.since]))
     if where.until is not None:
         conds.append((f"{_T}.at <= %s", [end_of_millisecond(where.until)]))

@@ -98,6 +98,7 @@ def test_since_at_or_before_the_cut_is_gone(archived):
     at = cut_row.at.isoformat().replace("+00:00", "Z")
     _gone(client.get(f"/api/v1/changesets?since={at}"), cut_row)
     _gone(client.get(f"/api/v1/revisions?namespace={NS_A}&since={at}"), cut_row)
+    _gone(client.get(f"/api/v1/revisions?namespace={NS_A}&key=/a&since={at}"), cut_row)
     later = Changeset.objects.get(seq=cut_row.seq + 1).at.isoformat().replace("+00:00", "Z")
     body = client.get(f"/api/v1/changesets?since={later}").json()
     assert {c["seq"] for c in body["results"]} >= {cut_row.seq + 1}
