@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 from changesets import pointers
 from changesets.selectors import key_images, key_ladder, keys
 from tests.changesets.partition_helpers import parent_index
-from tests.changesets.test_key_ladder import brute, page, write
+from tests.changesets.test_key_ladder import brute, every_page, page, write
 from tests.changesets.test_time_seek import analyze, nodes
 
 pytestmark = pytest.mark.django_db
@@ -103,15 +103,8 @@ def test_every_page_in_order(log, monkeypatch, window, probe):
     monkeypatch.setattr(key_ladder, "KEY_WINDOW", 100)
     monkeypatch.setattr(key_ladder, "KEY_PROBE", 200)
     for key in ["/payload", "/v", "/w", "/nothing"]:
-        after, seen = None, 0
-        while True:
-            rows = page(OLD, key, after)
-            assert [r.id for r in rows] == brute(OLD, key, after), (key, after)
-            seen += len(rows)
-            if len(rows) < 51:
-                break
-            after = (rows[-1].seq, rows[-1].id)
-        assert seen == {"/payload": 2400, "/v": 2700, "/w": 160, "/nothing": 0}[key]
+        seen = every_page(OLD, key)
+        assert len(seen) == {"/payload": 2400, "/v": 2700, "/w": 160, "/nothing": 0}[key]
 
 
 def test_a_batch_of_creates_wider_than_the_window_pages_without_repeats(monkeypatch):
@@ -124,14 +117,7 @@ def test_a_batch_of_creates_wider_than_the_window_pages_without_repeats(monkeypa
         cursor.execute("UPDATE changesets_loghead SET seq = %s WHERE id = 1", [seq - 1])
     for probe in [20_000, 5]:
         monkeypatch.setattr(key_images, "IMAGE_PROBE", probe)
-        after, ids = None, []
-        while True:
-            rows = page(OLD, "/a", after)
-            assert [r.id for r in rows] == brute(OLD, "/a", after), after
-            ids += [r.id for r in rows]
-            if len(rows) < 51:
-                break
-            after = (rows[-1].seq, rows[-1].id)
+        ids = every_page(OLD, "/a")
         assert len(ids) == len(set(ids)) == 150
 
 

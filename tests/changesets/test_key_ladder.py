@@ -133,6 +133,19 @@ def page(namespace: str, key: str, after: tuple[int, int] | None = None) -> Any:
     )
 
 
+def every_page(namespace: str, key: str, most: int | None = None) -> list[int]:
+    """The ids of every page of ``key`` in ``namespace`` (pages of 51, each checked
+    against :func:`brute` from its cursor), or of the pages up to ``most`` rows."""
+    after, ids = None, []
+    while True:
+        rows = page(namespace, key, after)
+        assert [r.id for r in rows] == brute(namespace, key, after), (key, after)
+        ids += [r.id for r in rows]
+        if len(rows) < 51 or (most is not None and len(ids) > most):
+            return ids
+        after = (rows[-1].seq, rows[-1].id)
+
+
 def statements(call: Any, *, walk: list[str] | None = None) -> tuple[Any, list[str]]:
     """The result of ``call()`` and the ladder's statements it ran (a rung each): less
     the read of the log head, the walk of the namespace (first; appended to ``walk``
@@ -235,16 +248,9 @@ def test_every_page_across_every_rung_in_order(log, monkeypatch, probe, step, ru
     monkeypatch.setattr(key_ladder, "KEY_STEP", step)
     monkeypatch.setattr(key_ladder, "KEY_RUNGS", rungs)
     for namespace, key in [(OLD, "/v"), (OLD, "/w"), (OLD, "/payload"), (BUSY, "/v")]:
-        after, seen = None, 0
-        while True:
-            rows = page(namespace, key, after)
-            assert [r.id for r in rows] == brute(namespace, key, after), (key, after)
-            seen += len(rows)
-            if len(rows) < 51 or (namespace == BUSY and seen > 600):
-                break
-            after = (rows[-1].seq, rows[-1].id)
+        seen = every_page(namespace, key, most=600 if namespace == BUSY else None)
         if namespace == OLD:
-            assert seen == {"/v": 1300, "/w": 100, "/payload": 1000}[key]
+            assert len(seen) == {"/v": 1300, "/w": 100, "/payload": 1000}[key]
 
 
 def test_a_batch_wider_than_the_window_pages_without_repeats(small):
@@ -256,14 +262,7 @@ def test_a_batch_wider_than_the_window_pages_without_repeats(small):
         seq = write(cursor, OLD, cursor.fetchone()[0] + 1, 3, "ARRAY['/v']", per=150)
         seq = write(cursor, BUSY, seq, 500, "ARRAY['/v']")
         cursor.execute("UPDATE changesets_loghead SET seq = %s WHERE id = 1", [seq - 1])
-    after, ids = None, []
-    while True:
-        rows = page(OLD, "/v", after)
-        assert [r.id for r in rows] == brute(OLD, "/v", after), after
-        ids += [r.id for r in rows]
-        if len(rows) < 51:
-            break
-        after = (rows[-1].seq, rows[-1].id)
+    ids = every_page(OLD, "/v")
     assert len(ids) == len(set(ids)) == 450
 
 
