@@ -11,8 +11,10 @@
    plain save() loop (the baseline), Django's bulk_update, raw psycopg
    ``UPDATE … FROM unnest()``, and each peer's per-row path (plus its bulk path
    where it has one).
-7. Storage: bytes per revision row / changeset / journal entry (0 once published), vs the
-   peers' history rows.
+7. Storage: bytes each implementation's history tables grow by per single-entity write
+   (``_bytes_growth``), without and with what a request records (Atlas's provenance;
+   the peers' user, and django-pghistory's context row as its middleware writes it),
+   and the average row bytes of each log table.
 
 Records sections 1, 2 and 7 in docs/benchmarks.md and plots batch time vs size.
 """
@@ -28,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from _bytes_growth import growth_per_write
 from _common import (
     bench_env,
     database,
@@ -420,6 +423,12 @@ def main() -> None:
 
     # --- 7. storage -----------------------------------------------------------------------
     storage = measure_storage(connection, atlas_namespaces, peers, rid)
+    growth_writes = 30 if smoke else 3000
+    storage["per_write"] = measure_growth(
+        connection,
+        growth_singles(singles, models, client, writer, slug, pns, single_ns),
+        growth_writes,
+    )
 
     # --- profile (optional) ---------------------------------------------------------------
     profile_text = ""
@@ -485,22 +494,38 @@ def main() -> None:
     lines = [
         header(cmd),
         "",
-        "Bytes each write leaves in the history/log tables, from the rows this run wrote:"
-        " `row` = average `pg_column_size(row)` (the tuple's data, TOAST-compressed where"
-        " PostgreSQL compressed it), `+ indexes` adds the table's index bytes per row"
-        " (`pg_indexes_size / rows`). Content is the same"
+        f"**Per single-entity write**: what each implementation's history tables grow by"
+        f" over {growth_writes:,} single-entity updates, divided by the writes"
+        " (bench/_bytes_growth.py): every partition's main fork, indexes and TOAST, so"
+        " half-empty pages count and a peer's side rows (django-reversion's revision,"
+        " django-pghistory's context) count as part of the write. Atlas publishes its"
+        " journal and vacuums it every 200 writes, as the relay and autovacuum keep it."
+        " Each implementation twice: as a service call records it, and with what it records"
+        " of a request (Atlas: its provenance, over in-process HTTP from an API client;"
+        " django-simple-history and django-reversion: the user; django-pghistory: the"
+        " context row its `HistoryMiddleware` writes, user and URL). Content is the same"
         f" {len(json.dumps(content(0)))}-byte JSON object for every implementation.",
+        "",
+        table(
+            ["implementation", "tables", "bytes per write"],
+            [
+                [name, ", ".join(v["relations"]), v["bytes"]]
+                for name, v in storage["per_write"].items()
+            ],
+        ),
+        "",
+        *bytes_verdict(storage["per_write"]),
+        "",
+        "**Row bytes** of the rows this run wrote: `row` = average `pg_column_size(row)`"
+        " (TOAST-compressed where PostgreSQL compressed it); `+ indexes` adds the table's"
+        " index bytes divided by all its rows. On Atlas's partitioned tables, whose"
+        " partitions' indexes each keep a few pages however few rows they hold, that"
+        " share overstates a row's cost in a table this small: the growth above is the"
+        " measure.",
         "",
         table(
             ["table (what one row is)", "rows measured", "row bytes", "+ indexes bytes"],
             [[s["what"], s["rows"], s["row"], s["row"] + s["index"]] for s in storage["tables"]],
-        ),
-        "",
-        "Per single-entity write (log rows only, with their index share):",
-        "",
-        table(
-            ["implementation", "rows added per write", "bytes per write"],
-            [[k, v["rows"], v["bytes"]] for k, v in storage["per_write"].items()],
         ),
     ]
     write_section("Against the peers 7. Storage per revision", "\n".join(lines))
@@ -569,10 +594,8 @@ def measure_storage(connection: Any, atlas_namespaces: list[str], peers: bool, r
         return entry
 
     ns = list(atlas_namespaces)
-    rev = add(
-        "Atlas revision (changesets_revision)", "changesets_revision", "namespace = ANY(%s)", [ns]
-    )
-    cs1 = add(
+    add("Atlas revision (changesets_revision)", "changesets_revision", "namespace = ANY(%s)", [ns])
+    add(
         "Atlas changeset, single-entity write (changesets_changeset)",
         "changesets_changeset",
         "namespaces && %s::varchar[] AND op_count = 1",
@@ -585,54 +608,159 @@ def measure_storage(connection: Any, atlas_namespaces: list[str], peers: bool, r
         [ns],
     )
     publish_journal()
-    journal = add(
+    add(
         "Atlas journal entry, once published (changesets_journalentry)",
         "changesets_journalentry",
         "changeset_id IN (SELECT id FROM changesets_changeset WHERE namespaces && %s::varchar[])",
         [ns],
     )
-    per_write: dict[str, dict[str, Any]] = {
-        # The journal entry is a third row for moments: published, it is deleted.
-        "Atlas (revision + changeset + journal entry)": {
-            "rows": 2,
-            "bytes": sum(e["row"] + e["index"] for e in (rev, cs1, journal)),
-        }
-    }
     if peers:
-        sh = add(
+        add(
             "django-simple-history historical row",
             "bench_peers_historicalshitem",
             "namespace LIKE %s",
             [f"%{rid}"],
         )
-        rv_version = add(
+        add(
             "django-reversion version (reversion_version)",
             "reversion_version",
             "TRUE",
             [],
         )
-        rv_revision = add(
+        add(
             "django-reversion revision (reversion_revision)",
             "reversion_revision",
             "TRUE",
             [],
         )
-        pgh = add(
+        add(
             "django-pghistory event (bench_peers_pghitemevent)",
             "bench_peers_pghitemevent",
             "namespace LIKE %s",
             [f"%{rid}"],
         )
-        per_write["django-simple-history (historical row)"] = {
-            "rows": 1,
-            "bytes": sh["row"] + sh["index"],
+    return {"tables": tables}
+
+
+# Atlas's log tables; the journal is settled (published, vacuumed) as a deployment keeps it.
+ATLAS_LOG = ("changesets_changeset", "changesets_revision", "changesets_journalentry")
+# A request's client, as the provenance records it (bench/log_bytes.py's API client).
+USER_AGENT = "python-httpx/0.28.1"
+
+
+def growth_singles(
+    singles: dict[str, Callable[[int], None]],
+    models: dict[str, Any],
+    client: Any,
+    writer: Any,
+    slug: Callable[[int], str],
+    pns: str,
+    single_ns: str,
+) -> list[tuple[str, tuple[str, ...], Callable[[int], None]]]:
+    """(name, log relations, write) for each implementation, without and with what a
+    request records: Atlas's provenance (over HTTP, from an API client), the peers'
+    user, and django-pghistory's context row as its ``HistoryMiddleware`` writes it
+    (``user`` and ``url``, one row per request)."""
+    import itertools
+
+    counter = itertools.count(10**8)
+
+    def atlas_http(i: int) -> None:
+        response = client.put(
+            f"/api/v1/entities/{single_ns}/item/{slug(i)}",
+            {"content": content(next(counter))},
+            format="json",
+            HTTP_USER_AGENT=USER_AGENT,
+        )
+        assert response.status_code == 200, response.content[:300]
+
+    out = [
+        ("Atlas (service write: the system's provenance)", ATLAS_LOG, singles["Atlas service"]),
+        ("Atlas (HTTP write: the request's provenance)", ATLAS_LOG, atlas_http),
+    ]
+    if "sh" not in models:
+        return out
+    import pghistory
+    import reversion
+    from django.db import transaction
+
+    def saved(model: Any, i: int, **attrs: Any) -> None:
+        obj = model.objects.get(namespace=pns, slug=slug(i))
+        obj.content = content(next(counter))
+        for name, value in attrs.items():
+            setattr(obj, name, value)
+        obj.save()
+
+    def sh_user(i: int) -> None:
+        with transaction.atomic():
+            saved(models["sh"], i, _history_user=writer)
+
+    def rv_user(i: int) -> None:
+        with transaction.atomic(), reversion.create_revision():
+            reversion.set_user(writer)
+            saved(models["rv"], i)
+
+    def pgh_context(i: int) -> None:
+        url = f"/items/{pns}/{slug(i)}"
+        with transaction.atomic(), pghistory.context(user=writer.pk, url=url):
+            saved(models["pgh"], i)
+
+    sh = ("bench_peers_historicalshitem",)
+    rv = ("reversion_version", "reversion_revision")
+    pgh = ("bench_peers_pghitemevent", "pghistory_context")
+    return out + [
+        ("django-simple-history", sh, singles["django-simple-history"]),
+        ("django-simple-history (with the request's user)", sh, sh_user),
+        ("django-reversion", rv, singles["django-reversion"]),
+        ("django-reversion (with the request's user)", rv, rv_user),
+        ("django-pghistory", pgh, singles["django-pghistory"]),
+        ("django-pghistory (with its request context row)", pgh, pgh_context),
+    ]
+
+
+def bytes_verdict(per_write: dict[str, dict[str, Any]]) -> list[str]:
+    """Issue 16's target, Atlas at most twice the smallest peer's bytes per write, for
+    a service write and for a request's; [] without the peers."""
+    lines = []
+    for atlas, with_request in (("Atlas (service", False), ("Atlas (HTTP", True)):
+        mine = next((v["bytes"] for k, v in per_write.items() if k.startswith(atlas)), None)
+        peers = {
+            k: v["bytes"]
+            for k, v in per_write.items()
+            if not k.startswith("Atlas") and ("request" in k) == with_request
         }
-        per_write["django-reversion (revision + version)"] = {
-            "rows": 2,
-            "bytes": sum(e["row"] + e["index"] for e in (rv_version, rv_revision)),
-        }
-        per_write["django-pghistory (event row)"] = {"rows": 1, "bytes": pgh["row"] + pgh["index"]}
-    return {"tables": tables, "per_write": per_write}
+        if mine is None or not peers:
+            continue
+        smallest = min(peers, key=peers.__getitem__)
+        ratio = mine / peers[smallest]
+        lines.append(
+            f"- {atlas[7:]} write: {mine:,.0f} B, {ratio:.2f}× the smallest peer ({smallest},"
+            f" {peers[smallest]:,.0f} B); target ≤ 2×: {'met' if ratio <= 2 else '**missed**'}."
+        )
+    return lines
+
+
+def settle_journal() -> None:
+    """Publish the journal and vacuum it: what the relay and autovacuum keep doing."""
+    from django.db import connection
+
+    publish_journal()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM changesets_journalentry")
+
+
+def measure_growth(
+    connection: Any,
+    impls: list[tuple[str, tuple[str, ...], Callable[[int], None]]],
+    writes: int,
+) -> dict[str, dict[str, Any]]:
+    """Bytes per single-entity write of each implementation (``_bytes_growth``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, relations, write in impls:
+        settle = settle_journal if relations == ATLAS_LOG else None
+        grown = growth_per_write(connection, relations, write, writes, settle=settle)
+        out[name] = {"relations": list(relations), "writes": writes, "bytes": grown}
+    return out
 
 
 def profile_atlas(atlas_service: Any, atlas_http: Any, counter: Any, n: int) -> str:

@@ -75,6 +75,12 @@ def test_suite_runs_atlas_plain_and_raw(smoke_run):
         assert row in keys, row
     for row in ("| Atlas service |", "| plain get()+save() |", "| raw psycopg prepared UPDATE |"):
         assert row in doc, row
+    storage = doc.split("## Against the peers 7.")[1].split("\n## ")[0]
+    for row in (
+        "| Atlas (service write: the system's provenance) |",
+        "| Atlas (HTTP write: the request's provenance) |",
+    ):
+        assert row in storage, row
     assert "Parts that failed" not in doc
 
 
@@ -97,8 +103,14 @@ def test_suite_measures_the_peers(smoke_run):
         "| django-reversion |",
         "| django-pghistory |",
         "django-simple-history save() loop",
+        "| django-pghistory (with its request context row) | bench_peers_pghitemevent,"
+        " pghistory_context |",
+        "| django-reversion (with the request's user) |",
     ):
         assert row in doc, row
+    # Part 7's verdicts, and the summary's rows from them.
+    assert "the smallest peer (django-" in doc and "target ≤ 2×" in doc
+    assert "7 log bytes per single-entity write, with what a request records" in doc
     # Part 3: each peer's history page at every size Atlas was measured at, beside Atlas's.
     # (The sizes are the databases' revision counts: 1,000 and 5,000 on a fresh server,
     # more once bench/keys_blame_diff.py has written its fixtures into the same databases.)
