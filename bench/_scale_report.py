@@ -113,14 +113,30 @@ def _python(v: dict[str, Any] | None) -> str:
     return f"{v['python_ms']:.1f}{render}"
 
 
-def why(vals: list[dict[str, Any] | None]) -> str:
+def _short(size: int) -> str:
+    """100000 → 100k, 1000000 → 1M."""
+    return f"{size // 1_000_000}M" if size >= 1_000_000 else f"{size // 1000}k"
+
+
+def _same_rows(vals: list[dict[str, Any] | None], sizes: list[int]) -> str:
+    """For a page that shows more rows at the largest size: its growth from the first
+    size that already showed as many (``, 0.98× from 1M at 50 rows``), or ''. A page
+    may grow with what it shows; this is what it grew by beyond that."""
+    last = vals[-1]
+    for v, size in zip(vals[1:-1], sizes[1:-1], strict=True):
+        if v and last and v.get("rows") == last.get("rows") and v.get("p50"):
+            return f", {last['p50'] / v['p50']:.2f}× from {_short(size)} at {v['rows']} rows"
+    return ""
+
+
+def why(vals: list[dict[str, Any] | None], sizes: list[int]) -> str:
     """What changed between the smallest and the largest size, for a row over 1.3×."""
     first, last = vals[0], vals[-1]
     if not first or not last:
         return ""
     reasons = []
     if (first.get("rows") or 0) < (last.get("rows") or 0):
-        reasons.append(f"shows {first['rows']} → {last['rows']} rows")
+        reasons.append(f"shows {first['rows']} → {last['rows']} rows" + _same_rows(vals, sizes))
     if last["sql_ms"] - first["sql_ms"] > 1 and last["sql_ms"] > FLAT * first["sql_ms"]:
         reasons.append(f"SQL {first['sql_ms']:.1f} → {last['sql_ms']:.1f} ms")
     if last.get("buffers_read", 0) >= READS_WORTH_NAMING:
@@ -144,7 +160,7 @@ def warm_table(cells: dict, sizes: list[int]) -> list[str]:
         vals = [by_size.get(s) for s in sizes]
         ratio, http = _ratio(vals), _ratio(vals, "http_p50")
         grew = any(r is not None and r > FLAT for r in (ratio, http))
-        reason = why(vals) if grew else ""
+        reason = why(vals, sizes) if grew else ""
         if grew:
             grown += 1
             for part in reason.split("; "):

@@ -87,13 +87,24 @@ def row(p50: float, sql: float, rows: int | None, read: float = 0) -> dict:
 
 def test_why_names_what_grew_and_calls_the_rest_noise():
     report = bench_module("_scale_report")
-    assert report.why([row(10, 1, 6), row(30, 1.2, 50)]) == "shows 6 → 50 rows"
-    assert report.why([row(10, 1, 50), row(30, 9, 50)]) == "SQL 1.0 → 9.0 ms"
-    reads = report.why([row(10, 1, 50), row(30, 1.5, 50, read=120)])
+    two = [100_000, 10_000_000]
+    assert report.why([row(10, 1, 6), row(30, 1.2, 50)], two) == "shows 6 → 50 rows"
+    assert report.why([row(10, 1, 50), row(30, 9, 50)], two) == "SQL 1.0 → 9.0 ms"
+    reads = report.why([row(10, 1, 50), row(30, 1.5, 50, read=120)], two)
     assert reads == "reads 120 blocks outside shared buffers"
     quiet = "same rows, SQL flat, few blocks read: noise"
-    assert report.why([row(10, 1, 50), row(30, 1.4, 50)]) == quiet
-    assert report.why([row(10, 1, 50), row(30, 1.4, 50, read=3)]) == quiet  # 3 blocks: µs
+    assert report.why([row(10, 1, 50), row(30, 1.4, 50)], two) == quiet
+    assert report.why([row(10, 1, 50), row(30, 1.4, 50, read=3)], two) == quiet  # 3 blocks: µs
+
+
+def test_why_gives_a_page_that_shows_more_rows_its_growth_at_equal_rows():
+    report = bench_module("_scale_report")
+    three = [100_000, 1_000_000, 10_000_000]
+    grew = [row(10, 1, 6), row(20, 1.1, 50), row(22, 1.2, 50)]
+    assert report.why(grew, three) == "shows 6 → 50 rows, 1.10× from 1M at 50 rows"
+    # No middle size with the largest size's rows: nothing to compare at equal rows.
+    still = [row(10, 1, 6), row(20, 1.1, 20), row(30, 1.2, 50)]
+    assert report.why(still, three) == "shows 6 → 50 rows"
 
 
 def test_warm_table_counts_the_rows_over_the_bound_and_their_reasons():
