@@ -355,6 +355,8 @@ def main() -> None:
 
     batch_times: dict[str, dict[int, list[float]]] = {}
     batch_queries: dict[str, dict[int, int]] = {}
+    bytes_size = 1000 if 1000 in sizes else sizes[-1]  # part 7's batch, per op
+    bytes_batches: dict[str, Callable[[int], int]] = {}
     for size in sizes:
         impls: dict[str, Callable[[int], int]] = {}
         plain_ns, bulk_ns, raw_b_ns = f"b{size}-{rid}", f"bu{size}-{rid}", f"rb{size}-{rid}"
@@ -378,6 +380,8 @@ def main() -> None:
             impls["django-pghistory bulk_update() (triggers)"] = orm_bulk(
                 models["pgh"], f"pghb{size}-{rid}"
             )
+        if size == bytes_size:
+            bytes_batches = dict(impls)
         names = list(impls)
         for name in names:  # warm, and count queries once
             with CaptureQueriesContext(connection) as ctx:
@@ -428,6 +432,9 @@ def main() -> None:
         connection,
         growth_singles(singles, models, client, writer, slug, pns, single_ns),
         growth_writes,
+    )
+    storage["per_batch_op"] = measure_batch_growth(
+        connection, bytes_batches, bytes_size, batches_run=1 if smoke else 3
     )
 
     # --- profile (optional) ---------------------------------------------------------------
@@ -515,6 +522,17 @@ def main() -> None:
         ),
         "",
         *bytes_verdict(storage["per_write"]),
+        "",
+        f"**Per op of a {bytes_size:,}-op batch** (part 2's paths): the same growth over"
+        f" {'one batch' if smoke else 'three batches'}, divided by the ops.",
+        "",
+        table(
+            ["batch path", "tables", "bytes per op"],
+            [
+                [name, ", ".join(v["relations"]), v["bytes"]]
+                for name, v in storage["per_batch_op"].items()
+            ],
+        ),
         "",
         "**Row bytes** of the rows this run wrote: `row` = average `pg_column_size(row)`"
         " (TOAST-compressed where PostgreSQL compressed it); `+ indexes` adds the table's"
@@ -738,6 +756,42 @@ def bytes_verdict(per_write: dict[str, dict[str, Any]]) -> list[str]:
             f" {peers[smallest]:,.0f} B); target ≤ 2×: {'met' if ratio <= 2 else '**missed**'}."
         )
     return lines
+
+
+# Part 2's batch paths whose bytes part 7 measures, and the tables each writes its history to.
+BATCH_LOGS = {
+    "Atlas service (one changeset)": ATLAS_LOG,
+    "django-simple-history bulk_update_with_history()": ("bench_peers_historicalshitem",),
+    "django-simple-history save() loop": ("bench_peers_historicalshitem",),
+    "django-reversion save() loop": ("reversion_version", "reversion_revision"),
+    "django-pghistory bulk_update() (triggers)": ("bench_peers_pghitemevent", "pghistory_context"),
+    "django-pghistory save() loop": ("bench_peers_pghitemevent", "pghistory_context"),
+}
+
+
+def measure_batch_growth(
+    connection: Any, batches: dict[str, Callable[[int], int]], size: int, *, batches_run: int = 3
+) -> dict[str, dict[str, Any]]:
+    """Bytes per op of a ``size``-op batch: each path's history tables' growth over
+    ``batches_run`` batches, divided by the ops (``_bytes_growth``)."""
+    import itertools
+
+    counter = itertools.count(2 * 10**8)
+    out: dict[str, dict[str, Any]] = {}
+    for name, relations in BATCH_LOGS.items():
+        if name not in batches:
+            continue
+        run = batches[name]
+        settle = settle_journal if relations == ATLAS_LOG else None
+        grown = growth_per_write(
+            connection,
+            relations,
+            lambda _i, run=run: run(next(counter)),
+            batches_run,
+            settle=settle,
+        )
+        out[name] = {"relations": list(relations), "ops": size * batches_run, "bytes": grown / size}
+    return out
 
 
 def settle_journal() -> None:

@@ -79,6 +79,7 @@ def test_suite_runs_atlas_plain_and_raw(smoke_run):
     for row in (
         "| Atlas (service write: the system's provenance) |",
         "| Atlas (HTTP write: the request's provenance) |",
+        "| Atlas service (one changeset) | changesets_changeset,",
     ):
         assert row in storage, row
     assert "Parts that failed" not in doc
