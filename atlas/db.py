@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
 from django.db.backends.utils import CursorWrapper
 
@@ -67,17 +68,26 @@ class _KeptDebugCursor(_Kept, _DebugWrapper):
 _CURSOR_ATTR = "_atlas_prepared_cursor"
 
 
-def prepared_cursor() -> CursorWrapper:
+def prepared_cursor(db: BaseDatabaseWrapper | None = None) -> CursorWrapper:
     """A Django cursor (query logging, execute wrappers, error translation as
-    ``connection.cursor()``) that binds server-side and prepares its statements.
+    ``connection.cursor()``) that binds server-side and prepares its statements,
+    on ``db`` (default: the default database; a read from a replica passes
+    ``atlas.replicas.read_connection()``).
 
     One psycopg cursor per database connection (so per thread) serves every
     call: finish with one (fetch what you need) before asking for the next.
     Parameters need the types PostgreSQL can't infer spelled out (``%s::int``
     for a possibly-NULL value in a SELECT list, for instance): server-side, a
     NULL or an untyped value is not a literal the parser can coerce.
+
+    Prepare only statements whose text repeats (values as parameters): each text
+    is a prepared statement of the session, and its one generic plan is the point.
+    A read over every partition of the log gains most: PostgreSQL plans each
+    partition of each table it names, which grows with the log (about 2 ms for
+    the trash's walk at 13 partitions); the generic plan prunes by the
+    parameters when it starts, and is planned once per connection.
     """
-    db = connections[DEFAULT_DB_ALIAS]
+    db = db if db is not None else connections[DEFAULT_DB_ALIAS]
     db.ensure_connection()
     db.validate_thread_sharing()
     raw = db.connection

@@ -32,6 +32,7 @@ from uuid import UUID
 
 from django.db import connection
 
+from atlas.db import prepared_cursor
 from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase
 from changesets.models import BASELINE, Revision
@@ -320,11 +321,16 @@ def deleted_entity(*, key: EntityKey) -> DeletedEntity | None:
 
 
 def _deleted(where: str, params: Sequence[Any]) -> list[tuple[DeletedEntity, bool]]:
-    """One batch of the walk: (entry, lives again now) per key, in key order."""
+    """One batch of the walk: (entry, lives again now) per key, in key order.
+
+    Prepared (``atlas.db.prepared_cursor``): the walk names every partition of the
+    revision table, and planned for each request it cost 0.7 ms at 100,000
+    changesets and 2.4 at ten million (13 partitions) for a walk that ran in 0.1-0.2;
+    the generic plan is the same merge of the partitions' ``revision_deletes``."""
     # Raw SQL buys DISTINCT ON over a partial index, limited on the walk, in one statement.
-    with connection.cursor() as cursor:
-        floor = boundary.floor()
-        after_cut = f"AND seq > {int(floor)} " if floor else ""
+    floor = boundary.floor()
+    after_cut = f"AND seq > {int(floor)} " if floor else ""
+    with prepared_cursor() as cursor:
         cursor.execute(_DELETED.format(where=where, after_cut=after_cut), params)
         rows = cursor.fetchall()
     briefs = changeset_briefs((row[7] for row in rows), using=connection)

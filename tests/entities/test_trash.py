@@ -135,6 +135,27 @@ def test_a_trash_page_costs_the_same_queries_however_many_entries(
         assert len(page["results"]) == min(n, 50)
 
 
+def test_the_trash_walk_is_planned_once_per_connection(seeded, client_for):
+    """The walk names every partition of the revision table: planned for each
+    request, its planning grew with the log (2.4 ms at 13 partitions against 0.2 of
+    running). Prepared, the connection plans it once and each page reuses that plan."""
+    from django.db import connection
+
+    client = client_for(seeded["alice"])
+    for _ in range(3):
+        assert trash(client, namespace=NS).status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s",
+            ["%DISTINCT ON (namespace, kind, slug)%op = 'delete'%"],
+        )
+        plans = cursor.fetchall()
+    assert len(plans) == 1, plans  # one statement, prepared once
+    generic, custom = plans[0]
+    assert generic >= 3 and custom == 0, plans
+
+
 # --- the admin's "Deleted" view and its restore button -----------------------------
 
 
