@@ -9,7 +9,9 @@ pruning skips them: at ten million changesets (13 partitions of each table) a
 page could cost more to plan than to run. For each page this times the selector
 in process (p50 of ``--runs``), then re-runs every statement it sent under
 ``EXPLAIN (ANALYZE, SUMMARY)`` five times and reports the medians of PostgreSQL's
-planning and execution times, summed over the page's statements.
+planning and execution times, summed over the page's statements. A statement the
+page runs prepared (``atlas.db.prepared_cursor``) is explained as it runs: its
+generic plan, made once per connection, then looked up.
 
 It reads the scale benchmark's logs (``atlas_scale_<size>``, made by
 ``bench/scale.py --populate-only``); a size not populated is populated first.
@@ -108,17 +110,35 @@ def _pages() -> dict[str, Callable[[], Any]]:
     }
 
 
-def _explain(sql: str, params: Any) -> tuple[float, float]:
-    """Medians of five runs' planning and execution times (ms) of one statement."""
+def _explain(sql: str, params: Any, prepared: bool = False) -> tuple[float, float]:
+    """Medians of five runs' planning and execution times (ms) of one statement.
+
+    A statement the page ran prepared (``atlas.db.prepared_cursor``) is explained as
+    it runs: its generic plan, made once (a warm-up execution), then reused, so its
+    planning is the cached plan's lookup."""
     from django.db import connection
 
     planning, execution = [], []
+    params = list(params or ())
     with connection.cursor() as cursor:
-        for _ in range(5):
-            cursor.execute("EXPLAIN (ANALYZE, SUMMARY, TIMING OFF) " + sql, params)
-            out = "\n".join(row[0] for row in cursor.fetchall())
-            planning.append(float(re.search(r"Planning Time: ([\d.]+)", out).group(1)))
-            execution.append(float(re.search(r"Execution Time: ([\d.]+)", out).group(1)))
+        explain = "EXPLAIN (ANALYZE, SUMMARY, TIMING OFF) "
+        if prepared:
+            numbered = iter(range(1, len(params) + 1))
+            text = re.sub(r"%s", lambda _m: f"${next(numbered)}", sql).replace("%%", "%")
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
+            cursor.execute(f"PREPARE bench_planning AS {text}")
+            marks = ", ".join(["%s"] * len(params))
+            explain, sql = explain + "EXECUTE ", f"bench_planning({marks})"
+            cursor.execute(explain + sql, params)  # the generic plan, made once
+        try:
+            for _ in range(5):
+                cursor.execute(explain + sql, params)
+                out = "\n".join(row[0] for row in cursor.fetchall())
+                planning.append(float(re.search(r"Planning Time: ([\d.]+)", out).group(1)))
+                execution.append(float(re.search(r"Execution Time: ([\d.]+)", out).group(1)))
+        finally:
+            if prepared:
+                cursor.execute("DEALLOCATE bench_planning")
     return statistics.median(planning), statistics.median(execution)
 
 
@@ -130,12 +150,13 @@ def measure_size(size: str, runs: int, only: str = "") -> dict[str, Any]:
     scale.populate(size, scale.scale_database(size))
     from django.db import connection
 
+    from atlas.db import _PreparingCursor
     from changesets import partitions
 
-    captured: list[tuple[str, Any]] = []
+    captured: list[tuple[str, Any, bool]] = []
 
     def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        captured.append((sql, params))
+        captured.append((sql, params, isinstance(context["cursor"].cursor, _PreparingCursor)))
         return execute(sql, params, many, context)
 
     out: dict[str, Any] = {"partitions": len(partitions.partitions()), "pages": {}}
@@ -152,7 +173,7 @@ def measure_size(size: str, runs: int, only: str = "") -> dict[str, Any]:
         captured.clear()
         with connection.execute_wrapper(capture):
             call()
-        split = [_explain(sql, params) for sql, params in captured]
+        split = [_explain(sql, params, prepared) for sql, params, prepared in captured]
         out["pages"][name] = {
             "p50": statistics.median(times),
             "statements": len(split),
@@ -172,8 +193,10 @@ def report(results: dict[str, dict[str, Any]], argv: list[str]) -> str:
         f" load average {os.getloadavg()[0]:.2f} at the end.",
         "",
         "Each cell: p50 of the page in process (ms), then PostgreSQL's planning + execution",
-        "summed over the page's statements (median of five `EXPLAIN ANALYZE` each), and",
-        "how many statements it sends. The logs are the scale benchmark's (`bench/scale.py`).",
+        "summed over the page's statements (median of five `EXPLAIN ANALYZE` each; a",
+        "prepared statement's generic plan, made once per connection, so its planning is",
+        "the cached plan's lookup), and how many statements it sends. The logs are the",
+        "scale benchmark's (`bench/scale.py`).",
         "",
         f"| page | {head} |",
         "|---|" + "---|" * len(sizes),

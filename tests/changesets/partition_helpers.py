@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from django.db import connection
 
@@ -42,3 +45,23 @@ def standard() -> None:
         conf.DEFAULTS["ATLAS_LOG_PARTITIONS_AHEAD"],
     )
     layout(partitions.missing(0, 1 + ahead * width, [], step=width))
+
+
+def analyze_generic(sql: str, params: Sequence[Any]) -> dict[str, Any]:
+    """``EXPLAIN ANALYZE`` of a prepared statement's generic plan, the one
+    ``atlas.db.prepared_cursor`` runs (``plan_cache_mode = force_generic_plan``),
+    with ``params``: its root plan node."""
+    numbered = iter(range(1, len(params) + 1))
+    text = re.sub(r"%s", lambda _m: f"${next(numbered)}", sql).replace("%%", "%")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE atlas_test_generic AS {text}")
+        try:
+            marks = ", ".join(["%s"] * len(params))
+            cursor.execute(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE atlas_test_generic({marks})", list(params)
+            )
+            raw = cursor.fetchone()[0]
+        finally:
+            cursor.execute("DEALLOCATE atlas_test_generic")
+    return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]

@@ -156,6 +156,48 @@ def test_the_trash_walk_is_planned_once_per_connection(seeded, client_for):
     assert generic >= 3 and custom == 0, plans
 
 
+def test_the_trash_walks_a_namespace_of_many_deletes_in_order_with_its_one_plan(
+    make_user, client_for
+):
+    """The prepared walk's one plan serves every namespace, so it must not be one
+    that suits a namespace of few deletes only: for one of thousands it still merges
+    the partitions' ``revision_deletes`` in key order and stops at the page, instead
+    of sorting every delete of the namespace."""
+    from django.db import connection
+
+    from changesets.selectors import restore
+    from tests.changesets.partition_helpers import analyze_generic
+    from tests.changesets.test_time_seek import nodes
+
+    alice = make_user("alice", writer=[NS, OTHER])
+    for batch in range(3):
+        keys = [k(f"{NS}/bulk/b{batch}-{i:04}") for i in range(1000)]
+        write(alice, *[PutOp(key, {"i": 1}) for key in keys])
+        write(alice, *[DeleteOp(key) for key in keys])
+    write(alice, PutOp(k(f"{OTHER}/x/s"), {"v": 1}))
+    write(alice, DeleteOp(k(f"{OTHER}/x/s")))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE changesets_revision")
+    seen: list[tuple[str, list]] = []
+
+    def record(execute, sql, params, many, context):
+        if "op = 'delete'" in sql:
+            seen.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        page = trash(client_for(alice), namespace=NS, page_size=50).json()
+    assert len(page["results"]) == 50 and seen
+    sql, params = seen[0]
+    assert restore._DELETED.split("{")[0] in sql
+    plan = analyze_generic(sql, params)
+    for node in nodes(plan):
+        if node["Node Type"] in ("Sort", "Incremental Sort") and node is not plan:
+            assert node.get("Actual Rows", 0) <= 2 * 82, node  # the walk's batch, not 3,000
+        if "Scan" in node["Node Type"]:
+            assert node.get("Actual Rows", 0) <= 2 * 82, node
+
+
 # --- the admin's "Deleted" view and its restore button -----------------------------
 
 
