@@ -463,10 +463,6 @@ def verdict(ok: bool, value: float, target: float) -> str:
     return f"**missed** ({value / target:.1f}× the target)"
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def bytes_rows(per_write: dict[str, dict[str, Any]]) -> list[list[str]]:
     """Summary rows 7: Atlas's bytes per single write against the smallest peer's, as a
     service call records it and with what each records of a request (growth, part 7)."""
@@ -501,3 +497,7 @@ def bytes_rows(per_write: dict[str, dict[str, Any]]) -> list[list[str]]:
             ]
         )
     return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())
