@@ -364,6 +364,7 @@ def summary_text(results, failures, peers, args, total, load_start) -> str:
     storage = w.get("storage", {}).get("per_write", {})
     if storage:
         rows += bytes_rows(storage)
+    rows += batch_bytes_rows(w.get("storage", {}).get("per_batch_op", {}))
     lines.append(table(["measure", "target", "Atlas", "verdict", "peers (same run)"], rows))
     if failures:
         lines += ["", "**Parts that failed in this run:**", ""]
@@ -497,6 +498,29 @@ def bytes_rows(per_write: dict[str, dict[str, Any]]) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def batch_bytes_rows(per_op: dict[str, dict[str, Any]]) -> list[list[str]]:
+    """Summary row 7b: Atlas's bytes per op of a 1,000-op batch against the smallest of
+    the peers' batch paths (growth, part 7); [] when not measured."""
+    mine = next((v["bytes"] for k, v in per_op.items() if k.startswith("Atlas")), None)
+    peers = {k: v["bytes"] for k, v in per_op.items() if not k.startswith("Atlas")}
+    if mine is None:
+        return []
+    verdict = ""
+    if peers:
+        ratio = mine / min(peers.values())
+        verdict = f"{'met' if ratio <= 2 else '**missed**'} ({ratio:.2f}× the smallest)"
+    shown = ", ".join(f"{k.replace('django-', '')} {v:,.0f} B" for k, v in peers.items()) or "–"
+    return [
+        [
+            "7b log bytes per op of a 1,000-op batch (growth over the run's batches)",
+            "≤ 2× the smallest peer",
+            f"{mine:,.0f} B",
+            verdict,
+            shown,
+        ]
+    ]
 
 
 if __name__ == "__main__":

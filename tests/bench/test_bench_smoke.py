@@ -112,6 +112,7 @@ def test_suite_measures_the_peers(smoke_run):
     # Part 7's verdicts, and the summary's rows from them.
     assert "the smallest peer (django-" in doc and "target ≤ 2×" in doc
     assert "7 log bytes per single-entity write, with what a request records" in doc
+    assert "7b log bytes per op of a" in doc
     # Part 3: each peer's history page at every size Atlas was measured at, beside Atlas's.
     # (The sizes are the databases' revision counts: 1,000 and 5,000 on a fresh server,
     # more once bench/keys_blame_diff.py has written its fixtures into the same databases.)
