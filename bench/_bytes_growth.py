@@ -19,7 +19,7 @@ and autovacuum keep it. What the journal still grows by is counted.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 # Main fork, indexes and TOAST (table and index) of a relation and of its partitions.
 # No free-space or visibility maps: VACUUM makes those, not a write.
@@ -68,3 +68,37 @@ def growth_per_write(
             settle()
         after = footprint(cursor, relations)
     return (after - before) / n
+
+
+# Issue 16's target: Atlas's bytes at most this many times the smallest peer's.
+TARGET = 2.0
+
+
+class Against(NamedTuple):
+    """Atlas's bytes beside the peers' in one measure: ``smallest`` and ``ratio`` are
+    None when no peer was measured."""
+
+    mine: float
+    peers: dict[str, float]
+    smallest: str | None
+    ratio: float | None
+
+
+def against_peers(
+    measured: dict[str, dict[str, Any]], atlas: str = "Atlas", request: bool | None = None
+) -> Against | None:
+    """The Atlas entry whose name starts with ``atlas`` beside the peers' entries, all of
+    them or (``request``) only those with (or without) what a request records; None when
+    Atlas was not measured."""
+    mine = next((v["bytes"] for k, v in measured.items() if k.startswith(atlas)), None)
+    if mine is None:
+        return None
+    peers = {
+        k: v["bytes"]
+        for k, v in measured.items()
+        if not k.startswith("Atlas") and (request is None or ("request" in k) == request)
+    }
+    if not peers:
+        return Against(mine, peers, None, None)
+    smallest = min(peers, key=peers.__getitem__)
+    return Against(mine, peers, smallest, mine / peers[smallest])

@@ -38,6 +38,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from _bytes_growth import TARGET, against_peers  # noqa: E402
 from _common import bench_env, header, image, machine, table, versions  # noqa: E402
 from _http_report import of_rounds, paired  # noqa: E402
 from _setup import doc_path, setup, write_section  # noqa: E402
@@ -472,30 +473,18 @@ def bytes_rows(per_write: dict[str, dict[str, Any]]) -> list[list[str]]:
         ("Atlas (service", False, "a service write"),
         ("Atlas (HTTP", True, "with what a request records"),
     ):
-        mine = next((v["bytes"] for k, v in per_write.items() if k.startswith(atlas)), None)
-        peers = {
-            k: v["bytes"]
-            for k, v in per_write.items()
-            if not k.startswith("Atlas") and ("request" in k) == with_request
-        }
-        if mine is None:
+        found = against_peers(per_write, atlas, with_request)
+        if found is None:
             continue
-        verdict = ""
-        if peers:
-            ratio = mine / min(peers.values())
-            verdict = f"{'met' if ratio <= 2 else '**missed**'} ({ratio:.2f}× the smallest)"
+        shown = ", ".join(
+            f"{k.split(' (')[0].replace('django-', '')} {v:,.0f} B" for k, v in found.peers.items()
+        )
         rows.append(
-            [
+            _bytes_row(
                 f"7 log bytes per single-entity write, {what} (growth over the run's writes)",
-                "≤ 2× the smallest peer",
-                f"{mine:,.0f} B",
-                verdict,
-                ", ".join(
-                    f"{k.split(' (')[0].replace('django-', '')} {v:,.0f} B"
-                    for k, v in peers.items()
-                )
-                or "–",
-            ]
+                found,
+                shown,
+            )
         )
     return rows
 
@@ -503,24 +492,24 @@ def bytes_rows(per_write: dict[str, dict[str, Any]]) -> list[list[str]]:
 def batch_bytes_rows(per_op: dict[str, dict[str, Any]]) -> list[list[str]]:
     """Summary row 7b: Atlas's bytes per op of a 1,000-op batch against the smallest of
     the peers' batch paths (growth, part 7); [] when not measured."""
-    mine = next((v["bytes"] for k, v in per_op.items() if k.startswith("Atlas")), None)
-    peers = {k: v["bytes"] for k, v in per_op.items() if not k.startswith("Atlas")}
-    if mine is None:
+    found = against_peers(per_op)
+    if found is None:
         return []
-    verdict = ""
-    if peers:
-        ratio = mine / min(peers.values())
-        verdict = f"{'met' if ratio <= 2 else '**missed**'} ({ratio:.2f}× the smallest)"
-    shown = ", ".join(f"{k.replace('django-', '')} {v:,.0f} B" for k, v in peers.items()) or "–"
+    shown = ", ".join(f"{k.replace('django-', '')} {v:,.0f} B" for k, v in found.peers.items())
     return [
-        [
-            "7b log bytes per op of a 1,000-op batch (growth over the run's batches)",
-            "≤ 2× the smallest peer",
-            f"{mine:,.0f} B",
-            verdict,
-            shown,
-        ]
+        _bytes_row(
+            "7b log bytes per op of a 1,000-op batch (growth over the run's batches)", found, shown
+        )
     ]
+
+
+def _bytes_row(measure: str, found: Any, shown: str) -> list[str]:
+    """A summary row of bytes against the smallest peer (``_bytes_growth.against_peers``)."""
+    verdict = ""
+    if found.ratio is not None:
+        met = "met" if found.ratio <= TARGET else "**missed**"
+        verdict = f"{met} ({found.ratio:.2f}× the smallest)"
+    return [measure, "≤ 2× the smallest peer", f"{found.mine:,.0f} B", verdict, shown or "–"]
 
 
 if __name__ == "__main__":

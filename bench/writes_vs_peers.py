@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from _bytes_growth import growth_per_write
+from _bytes_growth import TARGET, against_peers, growth_per_write
 from _common import (
     bench_env,
     database,
@@ -433,8 +433,8 @@ def main() -> None:
         growth_singles(singles, models, client, writer, slug, pns, single_ns),
         growth_writes,
     )
-    storage["per_batch_op"] = measure_batch_growth(
-        connection, bytes_batches, bytes_size, batches_run=1 if smoke else 3
+    storage["per_batch_op"] = measure_growth(
+        connection, batch_writes(bytes_batches), 1 if smoke else 3, ops=bytes_size
     )
 
     # --- profile (optional) ---------------------------------------------------------------
@@ -513,26 +513,14 @@ def main() -> None:
         " context row its `HistoryMiddleware` writes, user and URL). Content is the same"
         f" {len(json.dumps(content(0)))}-byte JSON object for every implementation.",
         "",
-        table(
-            ["implementation", "tables", "bytes per write"],
-            [
-                [name, ", ".join(v["relations"]), v["bytes"]]
-                for name, v in storage["per_write"].items()
-            ],
-        ),
+        growth_table(["implementation", "tables", "bytes per write"], storage["per_write"]),
         "",
         *bytes_verdict(storage["per_write"]),
         "",
         f"**Per op of a {bytes_size:,}-op batch** (part 2's paths): the same growth over"
         f" {'one batch' if smoke else 'three batches'}, divided by the ops.",
         "",
-        table(
-            ["batch path", "tables", "bytes per op"],
-            [
-                [name, ", ".join(v["relations"]), v["bytes"]]
-                for name, v in storage["per_batch_op"].items()
-            ],
-        ),
+        growth_table(["batch path", "tables", "bytes per op"], storage["per_batch_op"]),
         "",
         "**Row bytes** of the rows this run wrote: `row` = average `pg_column_size(row)`"
         " (TOAST-compressed where PostgreSQL compressed it); `+ indexes` adds the table's"
@@ -736,24 +724,25 @@ def growth_singles(
     ]
 
 
+def growth_table(headers: list[str], measured: dict[str, dict[str, Any]]) -> str:
+    """A table of :func:`measure_growth`'s results: name, its log tables, bytes."""
+    return table(
+        headers, [[name, ", ".join(v["relations"]), v["bytes"]] for name, v in measured.items()]
+    )
+
+
 def bytes_verdict(per_write: dict[str, dict[str, Any]]) -> list[str]:
     """Issue 16's target, Atlas at most twice the smallest peer's bytes per write, for
     a service write and for a request's; [] without the peers."""
     lines = []
     for atlas, with_request in (("Atlas (service", False), ("Atlas (HTTP", True)):
-        mine = next((v["bytes"] for k, v in per_write.items() if k.startswith(atlas)), None)
-        peers = {
-            k: v["bytes"]
-            for k, v in per_write.items()
-            if not k.startswith("Atlas") and ("request" in k) == with_request
-        }
-        if mine is None or not peers:
+        found = against_peers(per_write, atlas, with_request)
+        if found is None or found.ratio is None:
             continue
-        smallest = min(peers, key=peers.__getitem__)
-        ratio = mine / peers[smallest]
+        met = "met" if found.ratio <= TARGET else "**missed**"
         lines.append(
-            f"- {atlas[7:]} write: {mine:,.0f} B, {ratio:.2f}× the smallest peer ({smallest},"
-            f" {peers[smallest]:,.0f} B); target ≤ 2×: {'met' if ratio <= 2 else '**missed**'}."
+            f"- {atlas[7:]} write: {found.mine:,.0f} B, {found.ratio:.2f}× the smallest peer"
+            f" ({found.smallest}, {found.peers[found.smallest]:,.0f} B); target ≤ 2×: {met}."
         )
     return lines
 
@@ -769,29 +758,19 @@ BATCH_LOGS = {
 }
 
 
-def measure_batch_growth(
-    connection: Any, batches: dict[str, Callable[[int], int]], size: int, *, batches_run: int = 3
-) -> dict[str, dict[str, Any]]:
-    """Bytes per op of a ``size``-op batch: each path's history tables' growth over
-    ``batches_run`` batches, divided by the ops (``_bytes_growth``)."""
+def batch_writes(
+    batches: dict[str, Callable[[int], int]],
+) -> list[tuple[str, tuple[str, ...], Callable[[int], None]]]:
+    """Part 2's batch paths that part 7 measures, as :func:`measure_growth` takes them:
+    (name, log relations, one batch with new content)."""
     import itertools
 
     counter = itertools.count(2 * 10**8)
-    out: dict[str, dict[str, Any]] = {}
-    for name, relations in BATCH_LOGS.items():
-        if name not in batches:
-            continue
-        run = batches[name]
-        settle = settle_journal if relations == ATLAS_LOG else None
-        grown = growth_per_write(
-            connection,
-            relations,
-            lambda _i, run=run: run(next(counter)),
-            batches_run,
-            settle=settle,
-        )
-        out[name] = {"relations": list(relations), "ops": size * batches_run, "bytes": grown / size}
-    return out
+    return [
+        (name, relations, lambda _i, run=batches[name]: run(next(counter)))
+        for name, relations in BATCH_LOGS.items()
+        if name in batches
+    ]
 
 
 def settle_journal() -> None:
@@ -807,13 +786,21 @@ def measure_growth(
     connection: Any,
     impls: list[tuple[str, tuple[str, ...], Callable[[int], None]]],
     writes: int,
+    *,
+    ops: int = 1,
 ) -> dict[str, dict[str, Any]]:
-    """Bytes per single-entity write of each implementation (``_bytes_growth``)."""
+    """Bytes per op of each implementation (``_bytes_growth``) over ``writes`` calls of
+    ``ops`` ops each (a single-entity write: one)."""
     out: dict[str, dict[str, Any]] = {}
     for name, relations, write in impls:
         settle = settle_journal if relations == ATLAS_LOG else None
         grown = growth_per_write(connection, relations, write, writes, settle=settle)
-        out[name] = {"relations": list(relations), "writes": writes, "bytes": grown}
+        out[name] = {
+            "relations": list(relations),
+            "writes": writes,
+            "ops": writes * ops,
+            "bytes": grown / ops,
+        }
     return out
 
 
