@@ -71,6 +71,8 @@ DEFAULTS: dict[str, Any] = {
     "ATLAS_LOG_PARTITIONS_AHEAD": 2,
     # 0: no global retention (history stays hot unless a cut is made by hand).
     "ATLAS_RETENTION_DAYS": 0,
+    # Timestamps through psycopg's C loader where its values are Django's (atlas.timestamps).
+    "ATLAS_FAST_TIMESTAMPS": True,
 }
 
 

@@ -137,6 +137,8 @@ else:
     # psycopg never prepares (Django's default, said out loud): atlas.db's cursors
     # still bind server-side, in unnamed statements, which any pooler passes.
     DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
+# timestamptz read by psycopg's C loader where its values are Django's (atlas/timestamps.py).
+ATLAS_FAST_TIMESTAMPS = env_bool("ATLAS_FAST_TIMESTAMPS", default=True)
 # libpq TCP keepalives: a connection to a PostgreSQL that vanished (host down,
 # network cut) fails after idle + interval x count seconds instead of the OS's
 # two hours, so a worker waiting on it answers 503 rather than hanging. 0 keeps
