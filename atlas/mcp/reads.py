@@ -18,9 +18,9 @@ from urllib.parse import quote, urlencode
 
 from django.core.handlers.wsgi import WSGIRequest
 from django.urls import Resolver404, resolve
-from rest_framework.renderers import JSONRenderer
 
 from atlas.api.branch import BRANCH_HEADER
+from atlas.api.renderers import JSONRenderer
 from atlas.mcp.caller import Caller
 
 API_ROOT = "/api/v1"

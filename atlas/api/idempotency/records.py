@@ -18,11 +18,11 @@ from uuid import UUID
 from django.db import DatabaseError
 from django.http import HttpResponse
 from django.utils import timezone
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from atlas import conf
+from atlas.api.renderers import JSONRenderer
 from atlas.exceptions import Conflict, ValidationFailed
 from atlas.models import IdempotencyRecord
 
