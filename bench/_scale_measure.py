@@ -58,8 +58,10 @@ def rows_shown(content_type: str, body: bytes) -> int | None:
 
 class RenderTimer:
     """Time spent rendering responses: Django templates (the outermost
-    ``Template.render``: includes nest inside it) and DRF's JSON renderer, less any
-    SQL run while rendering (a lazy queryset a template iterates is SQL time)."""
+    ``Template.render``: includes nest inside it) and the API's JSON renderer
+    (``atlas.api.renderers``, and DRF's, which it falls back to: the outermost
+    call counts), less any SQL run while rendering (a lazy queryset a template
+    iterates is SQL time)."""
 
     def __init__(self) -> None:
         self.ms = 0.0
@@ -70,9 +72,11 @@ class RenderTimer:
         from django.template import base
         from rest_framework import renderers
 
+        from atlas.api import renderers as atlas_renderers
+
         base.Template.render = self.wrap(base.Template.render)  # type: ignore[method-assign]
-        json_renderer = renderers.JSONRenderer
-        json_renderer.render = self.wrap(json_renderer.render)  # type: ignore[method-assign]
+        for json_renderer in (renderers.JSONRenderer, atlas_renderers.JSONRenderer):
+            json_renderer.render = self.wrap(json_renderer.render)  # type: ignore[method-assign]
 
     def wrap(self, render: Callable[..., Any]) -> Callable[..., Any]:
         timer = self
