@@ -20,6 +20,7 @@ the OS page cache, or the disk).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,6 +65,22 @@ def sql_timer() -> Iterator[SqlTimer]:
     timer = SqlTimer()
     with connection.execute_wrapper(timer):
         yield timer
+
+
+@contextmanager
+def prepared(cursor: Any, name: str, sql: str, params: Any) -> Iterator[tuple[str, list[Any]]]:
+    """``sql`` (Django's ``%s`` placeholders) prepared as ``name`` on ``cursor``'s session,
+    as ``atlas.db.prepared_cursor`` runs it: yields ``EXECUTE name(%s, …)`` and its
+    parameters, to run (under ``EXPLAIN``) as often as needed; deallocated on leaving.
+    Which plan it gets is the session's ``plan_cache_mode``: the caller sets it."""
+    params = list(params or ())
+    numbered = iter(range(1, len(params) + 1))
+    text = re.sub(r"%s", lambda _m: f"${next(numbered)}", sql).replace("%%", "%")
+    cursor.execute(f"PREPARE {name} AS {text}")
+    try:
+        yield f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params
+    finally:
+        cursor.execute(f"DEALLOCATE {name}")
 
 
 def explain(statement: Statement | None, *, io_timing: bool = True) -> str:

@@ -21,6 +21,7 @@ Each size runs in a child process of its own (Django holds one database).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from typing import Any
 
 from _common import bench_env
 from _setup import doc_path, setup, write_section
+from _sqltime import prepared as prepared_statement
 
 SECTION = "Planning against running, page by page (issue 21, 2026-12-06)"
 PAGES = [
@@ -110,6 +112,9 @@ def _pages() -> dict[str, Callable[[], Any]]:
     }
 
 
+EXPLAIN = "EXPLAIN (ANALYZE, SUMMARY, TIMING OFF) "
+
+
 def _explain(sql: str, params: Any, prepared: bool = False) -> tuple[float, float]:
     """Medians of five runs' planning and execution times (ms) of one statement.
 
@@ -119,26 +124,19 @@ def _explain(sql: str, params: Any, prepared: bool = False) -> tuple[float, floa
     from django.db import connection
 
     planning, execution = [], []
-    params = list(params or ())
-    with connection.cursor() as cursor:
-        explain = "EXPLAIN (ANALYZE, SUMMARY, TIMING OFF) "
+    with connection.cursor() as cursor, contextlib.ExitStack() as stack:
+        statement, values = sql, list(params or ())
         if prepared:
-            numbered = iter(range(1, len(params) + 1))
-            text = re.sub(r"%s", lambda _m: f"${next(numbered)}", sql).replace("%%", "%")
             cursor.execute("SET plan_cache_mode = force_generic_plan")
-            cursor.execute(f"PREPARE bench_planning AS {text}")
-            marks = ", ".join(["%s"] * len(params))
-            explain, sql = explain + "EXECUTE ", f"bench_planning({marks})"
-            cursor.execute(explain + sql, params)  # the generic plan, made once
-        try:
-            for _ in range(5):
-                cursor.execute(explain + sql, params)
-                out = "\n".join(row[0] for row in cursor.fetchall())
-                planning.append(float(re.search(r"Planning Time: ([\d.]+)", out).group(1)))
-                execution.append(float(re.search(r"Execution Time: ([\d.]+)", out).group(1)))
-        finally:
-            if prepared:
-                cursor.execute("DEALLOCATE bench_planning")
+            statement, values = stack.enter_context(
+                prepared_statement(cursor, "bench_planning", sql, params)
+            )
+            cursor.execute(EXPLAIN + statement, values)  # the generic plan, made once
+        for _ in range(5):
+            cursor.execute(EXPLAIN + statement, values)
+            out = "\n".join(row[0] for row in cursor.fetchall())
+            planning.append(float(re.search(r"Planning Time: ([\d.]+)", out).group(1)))
+            execution.append(float(re.search(r"Execution Time: ([\d.]+)", out).group(1)))
     return statistics.median(planning), statistics.median(execution)
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connection
 
 from atlas import conf
+from bench._sqltime import prepared
 from changesets import partitions, repartition
 
 
@@ -51,17 +51,9 @@ def analyze_generic(sql: str, params: Sequence[Any]) -> dict[str, Any]:
     """``EXPLAIN ANALYZE`` of a prepared statement's generic plan, the one
     ``atlas.db.prepared_cursor`` runs (``plan_cache_mode = force_generic_plan``),
     with ``params``: its root plan node."""
-    numbered = iter(range(1, len(params) + 1))
-    text = re.sub(r"%s", lambda _m: f"${next(numbered)}", sql).replace("%%", "%")
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE atlas_test_generic AS {text}")
-        try:
-            marks = ", ".join(["%s"] * len(params))
-            cursor.execute(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE atlas_test_generic({marks})", list(params)
-            )
+        with prepared(cursor, "atlas_test_generic", sql, params) as (statement, values):
+            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", values)
             raw = cursor.fetchone()[0]
-        finally:
-            cursor.execute("DEALLOCATE atlas_test_generic")
     return (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
