@@ -25,7 +25,6 @@ from typing import Any
 import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg import abc
-from psycopg.abc import AdaptContext
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 from psycopg.types.datetime import TimestamptzLoader as PythonTimestamptzLoader
@@ -50,7 +49,7 @@ class UtcTimestampLoader(Loader):
 
     timezone = datetime.UTC
 
-    def __init__(self, oid: int, context: AdaptContext | None = None):
+    def __init__(self, oid: int, context: abc.AdaptContext | None = None):
         super().__init__(oid, context)
         # The transformer looks ``load`` up on the instance: the C method, no frame of ours.
         self.load = _FAST(oid, context).load  # type: ignore[method-assign]

@@ -42,7 +42,7 @@ class JSONRenderer(renderers.JSONRenderer):
     ) -> bytes:
         if data is None:
             return b""
-        context = dict(renderer_context or {})
+        context = renderer_context or {}
         if (
             self.ensure_ascii
             or not self.compact
