@@ -3,14 +3,16 @@
 Every part script:
 
 - takes ``--smoke`` (tiny sizes: the CI smoke test) and ``--json PATH`` (its results,
-  for the driver's summary);
-- writes its own ``## …`` section of docs/benchmarks.md (``ATLAS_BENCH_DOC`` redirects
-  it) and its plot into docs/benchmarks/ (``ATLAS_BENCH_PLOTS`` redirects them);
+  for the driver's summary), from ``part_parser`` and ``parse_part_args``;
+- writes its own ``## …`` section of docs/benchmarks.md (``ATLAS_BENCH_DOC``, or the
+  script's ``--doc PATH``, redirects it) and its plot into docs/benchmarks/
+  (``ATLAS_BENCH_PLOTS`` redirects them);
 - bounds every loop by a count and by a deadline.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.metadata
 import json
@@ -20,7 +22,7 @@ import signal
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,47 @@ def bench_env() -> None:
     os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
     os.environ.setdefault("ATLAS_ALLOW_PRIVATE_WEBHOOKS", "1")  # the feed's local receiver
     os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+
+def part_parser(
+    doc: str | None, *, smoke: str | None = "tiny sizes (CI)", doc_option: bool = True
+) -> argparse.ArgumentParser:
+    """The command line every part script starts from: ``--smoke``, ``--json``, ``--doc``.
+
+    One place for the options bench/run_all.py, the Makefile and the CI smoke tests
+    (tests/bench/smoke.py) pass to every part, so each script spells, defaults and
+    explains them alike; the script adds its own options and parses with
+    ``parse_part_args``. ``doc`` is the script's docstring (its first paragraph is the
+    description); ``smoke`` the help of ``--smoke``, None for a script with no smoke
+    size; ``doc_option`` False for a script that takes no ``--doc`` (only
+    ``ATLAS_BENCH_DOC`` redirects its section).
+    """
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
+    if smoke is not None:
+        parser.add_argument("--smoke", action="store_true", help=smoke)
+    parser.add_argument(
+        "--json", default=None, metavar="PATH", help="also write the results here, as JSON"
+    )
+    if doc_option:
+        parser.add_argument(
+            "--doc",
+            default=None,
+            metavar="PATH",
+            help="write the section here, not docs/benchmarks.md (ATLAS_BENCH_DOC)",
+        )
+    return parser
+
+
+def parse_part_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """``parser``'s arguments; with ``--doc PATH``, ``ATLAS_BENCH_DOC`` set to PATH made
+    absolute, for this process and the children it starts (a relative PATH would name
+    another file in a child that runs elsewhere, or after a chdir)."""
+    args = parser.parse_args(argv)
+    if getattr(args, "doc", None):
+        os.environ["ATLAS_BENCH_DOC"] = os.path.abspath(args.doc)
+    return args
 
 
 def database(smoke: bool) -> str:

@@ -38,7 +38,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from _common import bench_env, header, summary, table, write_json
+from _common import bench_env, header, parse_part_args, part_parser, summary, table, write_json
 from _setup import database_url, setup, write_section
 
 TITLE = "Archive cut (issue 21, phase 1)"
@@ -240,16 +240,11 @@ def run_cut(through: int, point: int) -> tuple[dict[str, float], dict[str, Any]]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true")
+    parser = part_parser(__doc__)
     parser.add_argument("--revisions", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--writers", type=int, default=2)
-    parser.add_argument("--doc")
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = args.doc
+    args = parse_part_args(parser)
     revisions = 2_000 if args.smoke else args.revisions
     bench_env()
     archive_dir = tempfile.mkdtemp(prefix="atlas-bench-archive-")

@@ -14,7 +14,6 @@ namespace in slug order. Target (Atlas): every depth ≤ 2× the current page.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 from _common import (
@@ -23,6 +22,8 @@ from _common import (
     header,
     image,
     interleaved_ms,
+    parse_part_args,
+    part_parser,
     peers_available,
     plot,
     repeat_ms,
@@ -68,12 +69,10 @@ def populate_sh(cursor, entities: int, updates: int, payload: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--json", default=None)
+    parser = part_parser(__doc__, doc_option=False)
     parser.add_argument("--repeat", type=int, default=25)
     parser.add_argument("--page", type=int, default=500)
-    args = parser.parse_args()
+    args = parse_part_args(parser)
     bench_env()
     setup(settings="bench.settings", database=database(args.smoke))
     import asof as atlas_asof  # bench/asof.py: its population and namespace

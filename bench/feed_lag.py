@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -35,6 +34,8 @@ from _common import (
     clear_journal_backlog,
     database,
     header,
+    parse_part_args,
+    part_parser,
     stop_process_group,
     summary,
     table,
@@ -109,11 +110,9 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--json", default=None)
+    parser = part_parser(__doc__, doc_option=False)
     parser.add_argument("--no-worker", action="store_true", help="page timings only")
-    args = parser.parse_args()
+    args = parse_part_args(parser)
     smoke = args.smoke
     bench_env()
     rid = uuid.uuid4().hex[:8]

@@ -41,6 +41,8 @@ from _common import (
     drop_for_load,
     header,
     image,
+    parse_part_args,
+    part_parser,
     peers_available,
     plot,
     summary,
@@ -373,11 +375,9 @@ def label(total: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = part_parser(__doc__, doc_option=False)
     parser.add_argument("--sizes", default="10000,1000000,10000000")
     parser.add_argument("--repeat", type=int, default=40)
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--json", default=None)
     parser.add_argument("--stage", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--database", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -387,7 +387,7 @@ def main() -> None:
         default=1500,
         help="seconds for all sizes; a size whose population would not fit is skipped",
     )
-    args = parser.parse_args()
+    args = parse_part_args(parser)
     if args.stage is not None:
         result = stage(args.stage, args.repeat, args.database)
         Path(args.out).write_text(json.dumps(result))

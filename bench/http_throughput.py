@@ -39,7 +39,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NoReturn
 
-from _common import bench_env, database, write_json
+from _common import bench_env, database, parse_part_args, part_parser, write_json
 from _http_load import (
     Runner,
     aggregate,
@@ -60,9 +60,7 @@ SUSTAINED = "HTTP sustained run (backlog over time)"
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="1 s blocks at 1 and 2 clients")
-    parser.add_argument("--json", default=None)
+    parser = part_parser(__doc__, smoke="1 s blocks at 1 and 2 clients")
     parser.add_argument("--seconds", type=float, default=20.0, help="per block")
     parser.add_argument("--clients", default="1,4,8")
     parser.add_argument(
@@ -71,9 +69,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--subscription", action="store_true", help="one active webhook")
     parser.add_argument("--sustained", type=float, default=0, help="Atlas only, this long")
     parser.add_argument("--drain-timeout", type=float, default=600, help="seconds, each drain")
-    parser.add_argument("--doc", default=None, help="markdown to write (ATLAS_BENCH_DOC)")
     parser.add_argument("--plots", default=None, help="folder for the PNGs (ATLAS_BENCH_PLOTS)")
-    return parser.parse_args()
+    return parse_part_args(parser)
 
 
 def populate(rid: str, clients: int) -> tuple[Any, str, Callable[[str, int], list[list[str]]]]:
@@ -219,8 +216,6 @@ def on_sigterm(signum: int, _frame: object) -> NoReturn:
 def main() -> None:
     args = parse_args()
     signal.signal(signal.SIGTERM, on_sigterm)
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = os.path.abspath(args.doc)
     if args.plots:
         os.environ["ATLAS_BENCH_PLOTS"] = os.path.abspath(args.plots)
     seconds = 1.0 if args.smoke else args.seconds

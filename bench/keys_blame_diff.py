@@ -41,7 +41,7 @@ import time
 from typing import Any
 
 import history_pages as hp
-from _common import bench_env, database, header, pct, write_json
+from _common import bench_env, database, header, parse_part_args, part_parser, pct, write_json
 from _keys_report import TITLE, report
 from _keys_timing import USER, Fetched, client, fetch
 from _scale_measure import SizeServer, claim_stdout, in_process, serve
@@ -253,7 +253,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = part_parser(__doc__, doc_option=False)
     parser.add_argument("--sizes", default="10000,1000000,10000000", help="revisions")
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--entities", type=int, default=20, help="blame entities")
@@ -268,11 +268,9 @@ def main() -> None:
         action="store_true",
         help="measure only sizes whose database is populated (make bench: history's)",
     )
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--json", default=None)
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--database", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_part_args(parser)
     if args.smoke:
         args.sizes, args.repeat, args.seconds = "1000,5000", 5, 10
         args.entities, args.history, args.diff_entities = 3, 30, 500

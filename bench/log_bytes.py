@@ -32,7 +32,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from _common import bench_env, header, table, write_json
+from _common import bench_env, header, parse_part_args, part_parser, table, write_json
 from _setup import database_url, server_url, setup, write_section
 
 TITLE = "Where a write's bytes go (issue 16, item 6)"
@@ -308,18 +308,13 @@ def _report(args: argparse.Namespace, m: dict[str, Any], seconds: dict[str, floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (CI)")
+    parser = part_parser(__doc__)
     parser.add_argument("--writes", type=int, default=20_000)
     parser.add_argument("--keys", type=int, default=2_000)
     parser.add_argument("--batches", type=int, default=5)
-    parser.add_argument("--doc", default=None)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    args = parse_part_args(parser)
     if args.smoke:
         args.writes, args.keys, args.batches = 300, 30, 1
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = args.doc
     bench_env()
     server_url()
     _fresh_database()

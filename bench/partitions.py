@@ -36,7 +36,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from _common import bench_env, header, repeat_ms, table, write_json
+from _common import bench_env, header, parse_part_args, part_parser, repeat_ms, table, write_json
 from _setup import database_url, setup, write_section
 
 TITLE = "Log partitions: revisions and changesets (issue 21, migration 0038)"
@@ -235,17 +235,12 @@ def _move(*, partitioned: bool, width: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true")
+    parser = part_parser(__doc__)
     # The skewed log holds about 1.27 revisions per changeset: 790,000 ≈ 1M revisions.
     parser.add_argument("--changesets", type=int, default=790_000)
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--doc")
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = args.doc
+    args = parse_part_args(parser)
     changesets = 20_000 if args.smoke else args.changesets
     runs = 3 if args.smoke else args.runs
     bench_env()

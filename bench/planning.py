@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _common import bench_env
+from _common import bench_env, parse_part_args, part_parser
 from _setup import doc_path, setup, write_section
 from _sqltime import prepared as prepared_statement
 
@@ -211,15 +211,12 @@ def report(results: dict[str, dict[str, Any]], argv: list[str]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = part_parser(__doc__, smoke="2k changesets, 3 runs")
     parser.add_argument("--sizes", default="100k,1m,10m")
     parser.add_argument("--runs", type=int, default=9)
-    parser.add_argument("--smoke", action="store_true", help="2k changesets, 3 runs")
-    parser.add_argument("--doc", help="write the section here (default docs/benchmarks.md)")
-    parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--only", default="", help="only the pages whose name holds this")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: one size, JSON out
-    args = parser.parse_args()
+    args = parse_part_args(parser)
     bench_env()
     if args.one:
         print(json.dumps(measure_size(args.one, args.runs, args.only)))
@@ -239,8 +236,6 @@ def main() -> None:
         results[size] = json.loads(child.stdout.strip().splitlines()[-1])
     body = report(results, sys.argv[1:])
     print(body)
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = args.doc
     if not args.smoke or args.doc:
         write_section(SECTION, body)
         print(f"wrote {doc_path()}")

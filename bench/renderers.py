@@ -13,14 +13,13 @@ be the same.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
 import uuid
 from typing import Any
 
-from _common import bench_env, header, table, write_json
+from _common import bench_env, header, parse_part_args, part_parser, table, write_json
 from _setup import setup, write_section
 
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_renderers"
@@ -82,14 +81,9 @@ def measure(ns: str, repeat: int) -> dict[str, dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (CI)")
+    parser = part_parser(__doc__)
     parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--doc")
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = args.doc
+    args = parse_part_args(parser)
     keys, repeat = (50, 3) if args.smoke else (1000, args.repeat)
     bench_env()
     setup(database=DB)

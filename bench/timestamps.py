@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import bench_env, header, table, write_json
+from _common import bench_env, header, parse_part_args, part_parser, table, write_json
 from _setup import setup, write_section
 
 HERE = Path(__file__).resolve().parent
@@ -140,16 +140,11 @@ def child(mode: str, ns: str, repeat: int, keys: int) -> dict[str, list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (CI)")
+    parser = part_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--doc")
-    parser.add_argument("--json")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "NAMESPACE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = args.doc  # the children inherit it
+    args = parse_part_args(parser)  # --doc: the children inherit ATLAS_BENCH_DOC
     keys = 50 if args.smoke else KEYS
     if args.smoke:
         args.rounds, args.repeat = 2, 2

@@ -23,13 +23,12 @@ Writes its section of docs/benchmarks.md (``--doc``/``ATLAS_BENCH_DOC``).
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from _common import bench_env, header, table, write_json
+from _common import bench_env, header, parse_part_args, part_parser, table, write_json
 from _setup import database_url, server_url, setup, write_section
 
 TITLE = "Upgrading through migrations 0026-0029 at scale (issue 16, item 6)"
@@ -162,13 +161,9 @@ def _report(result: dict[str, Any], command: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = part_parser(__doc__, smoke=None)
     parser.add_argument("--changesets", type=int, default=1_000_000)
-    parser.add_argument("--doc", default=None)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = args.doc
+    args = parse_part_args(parser)
     bench_env()
     server_url()
     _fresh_database()

@@ -34,7 +34,6 @@ plus plain) into docs/benchmarks/ (``--plots``/``ATLAS_BENCH_PLOTS``).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import multiprocessing as mp
@@ -50,7 +49,18 @@ from pathlib import Path
 from queue import Empty
 from typing import Any
 
-from _common import bench_env, database, header, image, plot, summary, table, write_json
+from _common import (
+    bench_env,
+    database,
+    header,
+    image,
+    parse_part_args,
+    part_parser,
+    plot,
+    summary,
+    table,
+    write_json,
+)
 from _setup import setup, write_section
 
 TITLE = "Write throughput ceiling: one log head, 1–16 writers (issue 20)"
@@ -542,19 +552,14 @@ def _block(samples: list[tuple[float, float, float, float]], seconds: float) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="1 and 2 writers, 1 s blocks")
+    parser = part_parser(__doc__, smoke="1 and 2 writers, 1 s blocks")
     parser.add_argument("--seconds", type=float, default=10.0, help="per block")
     parser.add_argument("--writers", default="1,2,4,8,16")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--pool-size", type=int, default=8, help="PgBouncer server connections")
     parser.add_argument("--probe", type=int, default=300, help="flush-probe commits per setting")
-    parser.add_argument("--doc", default=None, help="markdown to write (ATLAS_BENCH_DOC)")
     parser.add_argument("--plots", default=None, help="folder for the PNG (ATLAS_BENCH_PLOTS)")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    if args.doc:
-        os.environ["ATLAS_BENCH_DOC"] = os.path.abspath(args.doc)
+    args = parse_part_args(parser)
     if args.plots:
         os.environ["ATLAS_BENCH_PLOTS"] = os.path.abspath(args.plots)
     smoke = args.smoke

@@ -21,7 +21,6 @@ Records sections 1, 2 and 7 in docs/benchmarks.md and plots batch time vs size.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -36,6 +35,8 @@ from _common import (
     database,
     header,
     image,
+    parse_part_args,
+    part_parser,
     peers_available,
     plot,
     plots_dir,
@@ -54,12 +55,10 @@ def content(n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (CI)")
-    parser.add_argument("--json", default=None)
+    parser = part_parser(__doc__, doc_option=False)
     parser.add_argument("--profile", action="store_true", help="pyinstrument the Atlas paths")
     parser.add_argument("--seconds", type=float, default=420, help="time budget")
-    args = parser.parse_args()
+    args = parse_part_args(parser)
     bench_env()
     setup(settings="bench.settings", database=database(args.smoke))
     started = time.monotonic()
