@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-import branches.services as services
+import branches.services.members as member_services
+import branches.services.merge as merge_services
 from atlas.exceptions import PermissionDenied
 from branches.exceptions import BranchClosed, MergeConflict
 from branches.merge import MergeStore
@@ -44,7 +45,7 @@ def hold_after_plan(monkeypatch) -> Callable[[int], threading.Barrier]:
 
     def arm(parties: int) -> threading.Barrier:
         barrier = threading.Barrier(parties, timeout=10)
-        real = services.overlay_changes
+        real = merge_services.overlay_changes
         local = threading.local()
 
         def planned(**kwargs: Any):
@@ -54,7 +55,7 @@ def hold_after_plan(monkeypatch) -> Callable[[int], threading.Barrier]:
                 barrier.wait()
             return changes
 
-        monkeypatch.setattr(services, "overlay_changes", planned)
+        monkeypatch.setattr(merge_services, "overlay_changes", planned)
         return barrier
 
     return arm
@@ -144,7 +145,7 @@ def test_a_branch_write_racing_a_merge_is_merged_or_refused_never_lost(
 
     def write_late():
         # Let the merge plan first, then write while it goes for the locks.
-        services.overlay_changes(branch=fresh(branch_with_changes))
+        merge_services.overlay_changes(branch=fresh(branch_with_changes))
         return bwrite(writer, fresh(branch_with_changes), late, {"n": round_})
 
     outcomes = run_in_threads(
@@ -207,7 +208,7 @@ def test_a_baseline_write_racing_a_merge_is_never_overwritten(
     hold_after_plan(2)
 
     def baseline_write():
-        services.overlay_changes(branch=fresh(branch_with_changes))  # meet the merge
+        merge_services.overlay_changes(branch=fresh(branch_with_changes))  # meet the merge
         return write(writer, f"{NS}/order/a", {"n": 99})
 
     merge, written = run_in_threads(
@@ -261,7 +262,7 @@ def test_a_members_write_queued_behind_their_removal_is_refused(
     walt = make_user("walt", writer=[NS])
     branch_member_add(branch=branch_with_changes, user=walt, actor=writer)
     locked = threading.Event()
-    real = services._lock_for_members
+    real = member_services._lock_for_members
 
     def lock_and_linger(*args: Any) -> bool:
         member = real(*args)
@@ -269,7 +270,7 @@ def test_a_members_write_queued_behind_their_removal_is_refused(
         time.sleep(0.3)
         return member
 
-    monkeypatch.setattr(services, "_lock_for_members", lock_and_linger)
+    monkeypatch.setattr(member_services, "_lock_for_members", lock_and_linger)
 
     def write_when_locked():
         assert locked.wait(10)

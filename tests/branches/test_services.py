@@ -301,7 +301,7 @@ def test_permission_is_checked_before_conflicts_are_reported(
 def test_merge_over_the_op_limit_is_refused_before_the_plan_is_loaded(
     writer, bwrite, seeded, merger, monkeypatch, settings
 ):
-    import branches.services as services
+    import branches.services.merge as services
 
     bwrite(writer, seeded, ops=[PutOp(key(f"{NS}/order/{s}"), {"n": 9}) for s in "abcd"])
     settings.ATLAS_MAX_BATCH_OPS = 2  # after the branch writes, which the limit binds too
@@ -364,7 +364,7 @@ def test_merge_replans_when_the_branch_moved_after_planning(
     writer, bwrite, seeded, merger, monkeypatch
 ):
     """A branch write between the plan and the locks: the merge plans again and lands it."""
-    import branches.services as services
+    import branches.services.merge as services
 
     bwrite(writer, seeded, f"{NS}/order/a", {"n": 2})
     real = services.overlay_changes

@@ -1,42 +1,31 @@
-"""The branch overlay store, and the branch-row helpers every branch write shares.
+""":class:`BranchStore`, a branch's overlay over baseline, and the stores an erasure
+must also write (:func:`overlay_stores_holding`).
 
-:class:`BranchStore` implements ``entities.store.EntityStore`` over a branch:
-reads see the branch's overlay rows over baseline *as it is now* (a tombstone
-hides the baseline row), writes land in the overlay only. The write service
-(``changesets.services.apply.changeset_apply``) drives it exactly like the baseline
-store, which is how branch writes become changesets with ``branch`` set.
-
-:class:`branches.merge.MergeStore` is the baseline store plus a merge's
-bookkeeping, built on the helpers here.
-
-Only the write service may call the mutating methods (DESIGN invariant 1).
-A store keeps per-transaction state between ``lock`` and ``apply``: make one
-per write (they are cheap), never share one between threads.
+The SQL its writes add to the log statement is :mod:`branches.store.overlay_writes`;
+the branch-row lock and checks it shares with every branch write are
+:mod:`branches.store.branch_row`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from django.db import connection
 
-from atlas.exceptions import PermissionDenied
-from branches.exceptions import BranchClosed
 from branches.models import Branch, BranchStatus
-from branches.selectors import may_write
-from entities import writer
+from branches.store.branch_row import lock_branch_row, require_open, require_writer
+from branches.store.overlay_writes import Seen as _Seen
+from branches.store.overlay_writes import keys_json as _keys_json
+from branches.store.overlay_writes import overlay_write_sql
 from entities.store import (
     EntityKey,
     EntityWrite,
     Locked,
     StoredEntity,
     WriteSql,
-    contents_json,
     counted,
     entity_filters,
     guard_allows,
@@ -48,74 +37,6 @@ if TYPE_CHECKING:
     from entities.access import WriteGuard
 
 _VIEW_COLUMNS = "namespace_id, kind, slug, content, version, created_at, updated_at, changeset_id"
-
-
-def _keys_json(keys: Sequence[EntityKey], *extra: Sequence[Any]) -> str:
-    """``[[namespace, kind, slug, *extra], …]`` as one JSON document, the write
-    path's one way of passing many keys (see ``entities.store.json_array``)."""
-    return json.dumps(
-        [[k.namespace, k.kind, k.slug, *more] for k, *more in zip(keys, *extra, strict=True)]
-    )
-
-
-class LockedBranch(NamedTuple):
-    """The branch row as locked by :func:`lock_branch_row`."""
-
-    id: int
-    name: str
-    status: str
-    namespaces: list[str]
-    created_by_id: int | None
-
-
-def lock_branch_row(branch_id: int) -> LockedBranch:
-    """``SELECT … FOR UPDATE`` the branch row.
-
-    Every branch write, the merge, the abandon and membership changes take
-    this lock first, so they queue behind each other: a write can never land
-    on a branch that a concurrent merge or abandon has just closed, nor by a
-    member whose removal committed first.
-
-    Anything else judged under this lock (membership) must be read by a
-    *later* statement: under READ COMMITTED a statement that waited for the
-    lock sees the locked row's newest version, but every other table as of
-    its own start, i.e. before the transaction it waited for committed.
-    """
-    row = (
-        Branch.objects.select_for_update()
-        .filter(pk=branch_id)
-        .values_list("id", "name", "status", "namespaces", "created_by_id")
-        .first()
-    )
-    if row is None:  # pragma: no cover - branch rows are never deleted
-        raise BranchClosed("The branch no longer exists.")
-    return LockedBranch(row[0], row[1], row[2], list(row[3]), row[4])
-
-
-MSG_WRITE_DENIED = (
-    "Writing branch {name!r} needs its creator, one of its members, or the maintainer role"
-    " in every namespace it touches."
-)
-
-
-def require_writer(user: Any, locked: LockedBranch, namespaces: Iterable[str] = ()) -> None:
-    """403 unless ``user`` may write the locked branch (:func:`branches.selectors.may_write`).
-
-    ``namespaces``: those about to be written, which the branch touches from then on.
-    Call it after :func:`lock_branch_row`: membership is read by a statement of its own.
-    """
-    if not may_write(
-        user,
-        branch_id=locked.id,
-        created_by_id=locked.created_by_id,
-        namespaces={*locked.namespaces, *namespaces},
-    ):
-        raise PermissionDenied(MSG_WRITE_DENIED.format(name=locked.name))
-
-
-def require_open(name: str, status: str) -> None:
-    if status != BranchStatus.OPEN:
-        raise BranchClosed(f"Branch {name!r} is {status}; it takes no more changes.")
 
 
 # Raw SQL buys one statement for the overlay rows and baseline's share-locked rows.
@@ -134,14 +55,6 @@ _LOCK_VIEW = (
     "  AND o.namespace_id = k.ns AND o.kind = k.kind AND o.slug = k.slug"
     " LEFT JOIN b ON b.namespace_id = k.ns AND b.kind = k.kind AND b.slug = k.slug"
 )
-
-
-@dataclass(frozen=True)
-class _Seen:
-    """What ``lock`` saw of a key that has no overlay row yet."""
-
-    base_version: int | None  # baseline's version, None when absent
-    base_created_at: datetime | None
 
 
 class BranchStore:
@@ -301,97 +214,22 @@ class BranchStore:
         seen = self._seen
         writes = [*creates, *updates]
         touched = {k.namespace for k in deletes} | {w.key.namespace for w in writes}
+        self._record_namespaces(touched)
+        return overlay_write_sql(
+            branch_id=self.branch_id,
+            changeset_id=changeset_id,
+            now=now,
+            seen=seen,
+            creates=creates,
+            updates=updates,
+            deletes=deletes,
+        )
+
+    def _record_namespaces(self, touched: set[str]) -> None:
+        """Add the namespaces this write touches to the branch's set, if any is new."""
         if not touched <= self._namespaces:
             self._namespaces |= touched
             Branch.objects.filter(pk=self.branch_id).update(namespaces=sorted(self._namespaces))
-
-        def base(key: EntityKey) -> int | None:
-            first = seen.get(key)
-            return first.base_version if first else None
-
-        def born(key: EntityKey, updated: bool) -> str:
-            # An entity first written here keeps baseline's created_at when it
-            # existed there; a create (or re-create) is born now.
-            first = seen.get(key)
-            at = first.base_created_at if first and updated else None
-            return (at or now).isoformat()
-
-        # Raw SQL buys the round trip: these CTEs ride the log statement.
-        ctes: list[str] = []
-        counts: list[str] = []
-        params: dict[str, Any] = {"e_branch": self.branch_id, "e_now": now, "e_cs": changeset_id}
-        if writes:
-            ctes.append(_UPSERT_LIVE)
-            keys = [w.key for w in writes]
-            params["ew_keys"] = _keys_json(
-                keys,
-                [w.version for w in writes],
-                [base(k) for k in keys],
-                [born(k, i >= len(creates)) for i, k in enumerate(keys)],
-            )
-            params["ew_content"] = contents_json(writes)
-            counts.append("(SELECT count(*) FROM ew)")
-        if deletes:
-            ctes.append(_UPSERT_TOMBSTONES)
-            params["et_keys"] = _keys_json(deletes, [base(k) for k in deletes])
-            counts.append("(SELECT count(*) FROM et)")
-        if not ctes:
-            return WriteSql("", params, "0", "0", 0)
-        # The marker first, so that both upserts may join it (entities.writer).
-        ctes.insert(0, writer.MARK_CTE)
-        return WriteSql(", ".join(ctes), params, "0", writer.done_sql(" + ".join(counts)), 0)
-
-
-_UPSERT_LIVE = (
-    "ew AS (INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
-    " content, deleted, version, base_version, created_at, updated_at, changeset_id)"
-    " SELECT %(e_branch)s::bigint, k.key->>0, k.key->>1, k.key->>2, k.content, FALSE,"
-    " (k.key->>3)::int, (k.key->>4)::int, (k.key->>5)::timestamptz,"
-    " %(e_now)s::timestamptz, %(e_cs)s::uuid"
-    f" FROM {writer.MARK_JOIN}, ROWS FROM (jsonb_array_elements(%(ew_keys)s::jsonb),"
-    " jsonb_array_elements(%(ew_content)s::jsonb)) AS k(key, content)"
-    " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
-    " content = EXCLUDED.content, deleted = FALSE, version = EXCLUDED.version,"
-    " created_at = CASE WHEN branches_branchentity.deleted"
-    "  THEN EXCLUDED.created_at ELSE branches_branchentity.created_at END,"
-    " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id RETURNING 1)"
-)
-_UPSERT_TOMBSTONES = (
-    "et AS (INSERT INTO branches_branchentity (branch_id, namespace_id, kind, slug,"
-    " content, deleted, version, base_version, created_at, updated_at, changeset_id)"
-    " SELECT %(e_branch)s::bigint, k->>0, k->>1, k->>2, NULL, TRUE, NULL, (k->>3)::int,"
-    " %(e_now)s::timestamptz, %(e_now)s::timestamptz, %(e_cs)s::uuid"
-    f" FROM {writer.MARK_JOIN}, jsonb_array_elements(%(et_keys)s::jsonb) k"
-    " ON CONFLICT (branch_id, namespace_id, kind, slug) DO UPDATE SET"
-    " content = NULL, deleted = TRUE, version = NULL,"
-    " updated_at = EXCLUDED.updated_at, changeset_id = EXCLUDED.changeset_id RETURNING 1)"
-)
-
-
-def close_branch(
-    branch_id: int, *, status: str, now: datetime, merged_changeset_id: UUID | None = None
-) -> None:
-    """Mark the (locked) branch merged or abandoned and delete its overlay.
-
-    The overlay is working state, not the log: the branch's changesets and
-    revisions stay. Its rows go under the marker ``close:<branch id>``, the
-    one the overlay's guard trigger lets delete this branch's rows
-    (``entities.writer``); the statement clears it again.
-    """
-    Branch.objects.filter(pk=branch_id).update(
-        status=str(status), closed_at=now, merged_changeset_id=merged_changeset_id
-    )
-    # Raw SQL buys setting, using and clearing the marker within one statement.
-    with connection.cursor() as cursor:
-        cursor.execute(_CLOSE_OVERLAY, [f"close:{branch_id}", branch_id])
-
-
-_CLOSE_OVERLAY = (
-    f"WITH {writer.MARK_JOIN} AS MATERIALIZED (SELECT set_config('atlas.writer', %s, true)),"
-    f" d AS (DELETE FROM branches_branchentity o USING {writer.MARK_JOIN}"
-    " WHERE o.branch_id = %s RETURNING 1)"
-    f" SELECT {writer.done_sql('(SELECT count(*) FROM d)')}"
-)
 
 
 def overlay_stores_holding(keys: Sequence[EntityKey]) -> list[BranchStore]:

@@ -1,10 +1,8 @@
-"""Branch writes: create, merge, abandon, members.
+"""The merge: land an open branch on baseline as one changeset (:func:`branch_merge`).
 
-Entity writes *on* a branch are not here: they go through the one write path,
-``changesets.services.apply.changeset_apply``, with a :class:`branches.store.BranchStore`.
-The merge goes through it too (with :class:`branches.merge.MergeStore`), so it
-is an ordinary baseline changeset with a journal entry and a place in the
-change feed.
+It goes through the one write path, ``changesets.services.apply.changeset_apply``,
+with a :class:`branches.merge.MergeStore`, so it is an ordinary baseline
+changeset with a journal entry and a place in the change feed.
 """
 
 from __future__ import annotations
@@ -14,16 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from atlas.exceptions import (
-    Conflict,
-    NotFound,
-    PermissionDenied,
-    ValidationFailed,
-)
-from branches.exceptions import BranchExists, MergeConflict, PlanMoved
+from atlas.exceptions import Conflict, PermissionDenied, ValidationFailed
+from branches.exceptions import MergeConflict, PlanMoved
 from branches.keymerge import (
     Resolution,
     baseline_contents_at,
@@ -32,17 +25,9 @@ from branches.keymerge import (
     resolve,
 )
 from branches.merge import MergeStore, merge_conflict
-from branches.models import MSG_NAME, Branch, BranchMember, BranchStatus
-from branches.selectors import (
-    OverlayChange,
-    can_see,
-    is_member,
-    is_superuser,
-    is_valid_name,
-    may_manage_members,
-    overlay_change_counts,
-    overlay_changes,
-)
+from branches.models import Branch, BranchStatus
+from branches.selectors import OverlayChange, overlay_change_counts, overlay_changes
+from branches.services.visibility import require_visible as _require_visible
 from branches.store import (
     LockedBranch,
     close_branch,
@@ -63,14 +48,7 @@ from entities.store import EntityKey, StoredEntity
 # between its plan and its locks. Each attempt is cheap; running out is a 409.
 MERGE_ATTEMPTS = 5
 
-# The same words whoever holds the name and whatever it touched: a caller who
-# cannot see the branch learns only that the name is taken.
-MSG_NAME_TAKEN = "The branch name {name!r} is taken (branch names are never reused)."
 MSG_RESOLUTIONS_NEED_KEY = 'Resolutions settle key-level conflicts: send "granularity": "key".'
-MSG_MANAGE_DENIED = (
-    "Changing the members of branch {name!r} needs its creator, or the maintainer role in"
-    " every namespace it touched."
-)
 
 
 @dataclass
@@ -84,57 +62,6 @@ class MergeResult:
     dry_run: bool = False
 
 
-def _can_write_somewhere(actor: User) -> bool:
-    if is_superuser(actor):
-        return True
-    roles = access.roles_for(actor)
-    return roles.floor >= Role.WRITER or any(r >= Role.WRITER for r in roles.grants.values())
-
-
-def branch_create(*, name: str, actor: User, comment: str = "") -> Branch:
-    """Cut a branch from baseline as it is now.
-
-    Any user with the writer role in some namespace may create one (API.md).
-    The fork point is the newest baseline changeset (``fork_seq`` 0 on an
-    empty log); reads under the branch see baseline *as it is now*, so the
-    fork is a coordinate for "how far behind", not a snapshot. Names are
-    never reused: the log refers to branches by name, so a taken name is 409
-    whatever the old branch's status, with the same detail whether or not the
-    caller can see the branch (no owner, no namespace).
-    """
-    if not is_valid_name(name):
-        raise ValidationFailed(
-            MSG_NAME, pointer="/name", errors=[{"pointer": "/name", "detail": MSG_NAME}]
-        )
-    if not _can_write_somewhere(actor):
-        raise PermissionDenied("Creating a branch needs the writer role in some namespace.")
-    fork = Changeset.objects.filter(branch=BASELINE).order_by("-seq").only("id", "seq").first()
-    try:
-        with transaction.atomic(durable=True):
-            return Branch.objects.create(
-                name=name,
-                comment=comment or "",
-                created_by=actor if getattr(actor, "pk", None) else None,
-                created_by_name=actor.get_username(),
-                created_at=timezone.now(),
-                fork_changeset=fork,
-                fork_seq=fork.seq if fork else 0,
-                base_changeset=fork,
-                base_seq=fork.seq if fork else 0,
-            )
-    except IntegrityError as exc:
-        raise BranchExists(MSG_NAME_TAKEN.format(name=name)) from exc
-
-
-def _require_visible(branch: Branch, actor: User) -> None:
-    """404 for a branch the actor cannot see (the API resolves names the same way).
-
-    Judged on the stored row: ``branch`` may predate writes that widened who sees it.
-    """
-    if not can_see(Branch.objects.get(pk=branch.pk), actor):
-        raise NotFound("No such branch.")
-
-
 def _require_close_permission(actor: User, branch: LockedBranch) -> None:
     """A merge that lands nothing (it only closes the branch) needs someone who may
     write the branch, or merge rights: the writer role in every namespace it touched."""
@@ -142,69 +69,6 @@ def _require_close_permission(actor: User, branch: LockedBranch) -> None:
     if names and all(access.role_in(actor, n) >= Role.WRITER for n in names):
         return
     require_writer(actor, branch)
-
-
-def branch_abandon(*, branch: Branch, actor: User) -> Branch:
-    """Abandon an open branch: its overlay goes, its changesets stay in the log.
-
-    Who may: whoever may write the branch (its creator, a member, a superuser,
-    a maintainer of every namespace it touched). Locks the branch row first
-    (as every branch write does), so no branch write can land after the
-    abandon commits; those that queued behind it find the branch closed (409).
-    """
-    _require_visible(branch, actor)
-    with transaction.atomic(durable=True):
-        locked = lock_branch_row(branch.pk)
-        require_open(locked.name, locked.status)
-        require_writer(actor, locked)
-        close_branch(branch.pk, status=BranchStatus.ABANDONED, now=timezone.now())
-    branch.refresh_from_db()
-    return branch
-
-
-def _lock_for_members(branch: Branch, actor: User, user: User) -> bool:
-    """Lock the branch row, check it is open and ``actor`` manages its members;
-    return whether ``user`` is a member."""
-    locked = lock_branch_row(branch.pk)
-    require_open(locked.name, locked.status)
-    if not may_manage_members(
-        actor, created_by_id=locked.created_by_id, namespaces=locked.namespaces
-    ):
-        raise PermissionDenied(MSG_MANAGE_DENIED.format(name=locked.name))
-    return is_member(branch.pk, user)  # after the lock: a statement of its own
-
-
-def branch_member_add(*, branch: Branch, user: User, actor: User) -> bool:
-    """Let ``user`` write ``branch``; True when added, False when already a member.
-
-    ``actor`` must be the creator, a superuser or a maintainer of every
-    namespace the branch touched; the branch must be open (409). Membership is
-    an addition to the namespace roles: the member still needs the writer role
-    in each namespace they write. Takes the branch row lock, so it is ordered
-    with the branch's writes.
-    """
-    _require_visible(branch, actor)
-    with transaction.atomic(durable=True):
-        if _lock_for_members(branch, actor, user):
-            return False
-        BranchMember.objects.create(
-            branch=branch, user=user, added_by_name=actor.get_username(), added_at=timezone.now()
-        )
-    return True
-
-
-def branch_member_remove(*, branch: Branch, user: User, actor: User) -> bool:
-    """Take ``user``'s membership away; True when they were a member.
-
-    Same rules as :func:`branch_member_add`. Under the branch row lock: a
-    write by the removed member that queued behind it is refused (403).
-    """
-    _require_visible(branch, actor)
-    with transaction.atomic(durable=True):
-        if not _lock_for_members(branch, actor, user):
-            return False
-        BranchMember.objects.filter(branch=branch, user=user).delete()
-    return True
 
 
 def _merge_ops(plan: Iterable[OverlayChange]) -> list[WriteOp]:
@@ -392,6 +256,55 @@ def _key_merge_planner(
     return planner
 
 
+def _key_level_resolutions(
+    granularity: Granularity, resolutions: Sequence[Resolution]
+) -> list[Resolution] | None:
+    """The resolutions of a key-level merge; ``None`` for an entity-level one.
+
+    Resolutions settle key-level conflicts only: sent without ``granularity="key"``, 422.
+    """
+    if resolutions and granularity != "key":
+        raise ValidationFailed(
+            MSG_RESOLUTIONS_NEED_KEY,
+            pointer="/resolutions",
+            errors=[{"pointer": "/resolutions", "detail": MSG_RESOLUTIONS_NEED_KEY}],
+        )
+    return list(resolutions) if granularity == "key" else None
+
+
+def _merge_until_the_plan_holds(
+    branch: Branch,
+    actor: User,
+    *,
+    comment: str,
+    dry_run: bool,
+    provenance: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None],
+    key_level: list[Resolution] | None,
+) -> MergeResult:
+    """Steps 1-4 of :func:`branch_merge`, planned again while the plan moves under the locks.
+
+    Each attempt plans outside any transaction (:func:`_checked_merge_plan`) and
+    lands under the locks (:func:`_land_merge`); a plan that no longer holds there
+    (:class:`~branches.exceptions.PlanMoved`) is made again, at most
+    :data:`MERGE_ATTEMPTS` times, then 409.
+    """
+    for _ in range(MERGE_ATTEMPTS):
+        plan = _checked_merge_plan(branch, actor, key_level=key_level is not None)
+        try:
+            return _land_merge(
+                branch,
+                actor,
+                plan,
+                comment=comment,
+                dry_run=dry_run,
+                provenance=provenance,
+                key_level=key_level,
+            )
+        except PlanMoved:
+            continue
+    raise Conflict(f"Branch {branch.name!r} kept changing while it was being merged; retry.")
+
+
 def branch_merge(
     *,
     branch: Branch,
@@ -440,26 +353,12 @@ def branch_merge(
     without a changeset.
     """
     _require_visible(branch, actor)
-    if resolutions and granularity != "key":
-        raise ValidationFailed(
-            MSG_RESOLUTIONS_NEED_KEY,
-            pointer="/resolutions",
-            errors=[{"pointer": "/resolutions", "detail": MSG_RESOLUTIONS_NEED_KEY}],
-        )
-    provenance = (metadata, context)
-    key_level = list(resolutions) if granularity == "key" else None
-    for _ in range(MERGE_ATTEMPTS):
-        plan = _checked_merge_plan(branch, actor, key_level=key_level is not None)
-        try:
-            return _land_merge(
-                branch,
-                actor,
-                plan,
-                comment=comment,
-                dry_run=dry_run,
-                provenance=provenance,
-                key_level=key_level,
-            )
-        except PlanMoved:
-            continue
-    raise Conflict(f"Branch {branch.name!r} kept changing while it was being merged; retry.")
+    key_level = _key_level_resolutions(granularity, resolutions)
+    return _merge_until_the_plan_holds(
+        branch,
+        actor,
+        comment=comment,
+        dry_run=dry_run,
+        provenance=(metadata, context),
+        key_level=key_level,
+    )

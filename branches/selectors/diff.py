@@ -1,194 +1,21 @@
-"""Reads of branches: visibility, who may write them, lists, and the diff against baseline.
+"""The overlay against baseline: what a merge would land, and the branch diff.
 
-A branch is visible to its creator, its members, superusers, and anyone who
-can read at least one namespace it has written (API.md, "Decisions that close
-open points"). Invisible branches are reported as not found, exactly like
-missing ones.
-
-A branch is *written* (entity writes under its header, abandon) by its
-creator, its members, superusers, and maintainers of every namespace it has
-touched (API.md, "Limits and visibility (added)"): :func:`may_write`. The
-rule is applied by :meth:`branches.store.BranchStore.lock` under the branch
-row lock, so every write path obeys it.
+Every read here compares the branch's overlay rows with baseline's current
+rows in SQL, so its cost grows with the overlay, not with the store.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth import models as auth_models
 from django.db import connection
-from django.db.models import Q, QuerySet
 
-from branches.models import NAME_PATTERN, Branch, BranchMember
-from changesets.models import Changeset
+from branches.models import Branch
 from changesets.selectors.feed import BASELINE_AFTER_COUNT
-from entities import access
-from entities.access import Role
 from entities.store import EntityKey, StoredEntity, load_json
-
-User = access.User
-
-_NAME_RE = re.compile(NAME_PATTERN)
-
-
-def is_valid_name(value: object) -> bool:
-    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
-
-
-def is_superuser(user: User) -> bool:
-    return bool(getattr(user, "is_authenticated", False) and user.is_superuser)
-
-
-def is_member(branch_id: int, user: User) -> bool:
-    # django-stubs refuse None for ``user_id``; Django reads ``=None`` as IS NULL,
-    # so an anonymous user (pk None) is a member of nothing.
-    members = BranchMember.objects.filter(branch_id=branch_id, user_id=user.pk)  # type: ignore[misc]
-    return members.exists()
-
-
-def can_see(branch: Branch, user: User) -> bool:
-    """Creator, member, superuser, or a reader of any namespace the branch touched."""
-    if not getattr(user, "is_authenticated", False):
-        return False
-    if is_superuser(user):
-        return True
-    if branch.created_by_id is not None and branch.created_by_id == user.pk:
-        return True
-    readable = access.readable_namespaces(user)
-    if readable is None or set(readable).intersection(branch.namespaces):
-        return True
-    return is_member(branch.pk, user)
-
-
-def maintains_all(user: User, namespaces: Iterable[str]) -> bool:
-    """``user`` is maintainer of every one of ``namespaces``, and there is at least one."""
-    names = set(namespaces)
-    return bool(names) and all(access.role_in(user, n) >= Role.MAINTAINER for n in names)
-
-
-def may_write(
-    user: User, *, branch_id: int, created_by_id: int | None, namespaces: Iterable[str]
-) -> bool:
-    """Who writes a branch: its creator, its members, superusers, and maintainers of
-    every namespace in ``namespaces`` (those it touched, plus those being written).
-
-    An addition to the namespace roles, never a substitute: each namespace
-    written still needs the writer role there (the write service checks it).
-    Membership is asked last, in a query of its own (the others cost none).
-    """
-    if not getattr(user, "is_authenticated", False):
-        return False
-    if is_superuser(user):
-        return True
-    if created_by_id is not None and created_by_id == user.pk:
-        return True
-    return maintains_all(user, namespaces) or is_member(branch_id, user)
-
-
-def may_manage_members(user: User, *, created_by_id: int | None, namespaces: Iterable[str]) -> bool:
-    """The creator, superusers, and maintainers of every namespace the branch touched."""
-    if is_superuser(user):
-        return True
-    if created_by_id is not None and created_by_id == user.pk:
-        return True
-    return maintains_all(user, namespaces)
-
-
-def member_names(branches: Iterable[Branch]) -> dict[int, list[str]]:
-    """Usernames of each branch's members, sorted; one query for a page of branches."""
-    ids = [b.pk for b in branches]
-    names: dict[int, list[str]] = {i: [] for i in ids}
-    rows = (
-        BranchMember.objects.filter(branch_id__in=ids)
-        .order_by("branch_id", "user__username")
-        .values_list("branch_id", "user__username")
-    )
-    for branch_id, username in rows:
-        names[branch_id].append(username)
-    return names
-
-
-def branch_get(*, name: str, user: User) -> Branch | None:
-    """The named branch if ``user`` can see it, else ``None`` (404 for the caller)."""
-    if not is_valid_name(name):
-        return None
-    branch = Branch.objects.filter(name=name).first()
-    if branch is None or not can_see(branch, user):
-        return None
-    return branch
-
-
-def visible_branches(*, user: User) -> QuerySet[Branch]:
-    """Every branch ``user`` can see, by name."""
-    qs = Branch.objects.order_by("name")
-    if is_superuser(user):
-        return qs
-    readable = access.readable_namespaces(user)
-    if readable is None:
-        return qs
-    # Membership as a subquery, not a join: a join would repeat a branch per member.
-    # ``type: ignore``: as in is_member, the stubs refuse the anonymous user's None pk.
-    memberships = BranchMember.objects.filter(user_id=user.pk).values("branch_id")  # type: ignore[misc]
-    return qs.filter(
-        Q(created_by_id=user.pk) | Q(namespaces__overlap=readable) | Q(pk__in=memberships)
-    )
-
-
-def branch_fresh(*, branch: Branch) -> Branch:
-    """``branch`` as stored now (after a service changed it under its row lock)."""
-    return Branch.objects.get(pk=branch.pk)
-
-
-def user_by_username(username: str) -> auth_models.User | None:
-    """The user named ``username``, or None (no user can have a U+0000 in its name:
-    PostgreSQL text cannot hold one, so it is not even looked up)."""
-    if "\x00" in username:
-        return None
-    return get_user_model().objects.filter(username=username).first()
-
-
-def visible_changeset_ids(
-    branches: Iterable[Branch], readable: Sequence[str] | None
-) -> set[str] | None:
-    """The fork, base and merge changesets of ``branches`` the caller can see (``None`` = all).
-
-    The fork is whatever baseline changeset was newest when the branch was cut,
-    often in a namespace the caller cannot read: its id must not show (not
-    visible = not there). One query for a whole page of branches.
-    """
-    if readable is None:
-        return None
-    ids = {
-        i
-        for b in branches
-        for i in (b.fork_changeset_id, b.base_changeset_id, b.merged_changeset_id)
-        if i
-    }
-    if not ids or not readable:
-        return set()
-    rows = Changeset.objects.filter(pk__in=ids, namespaces__overlap=list(readable))
-    return {str(i) for i in rows.values_list("id", flat=True)}
-
-
-def branch_list(
-    *, user: User, status: str | None = None, after: str | None = None, limit: int = 50
-) -> list[Branch]:
-    """One keyset page of visible branches in name order."""
-    qs = visible_branches(user=user)
-    if status is not None:
-        qs = qs.filter(status=status)
-    if after is not None:
-        qs = qs.filter(name__gt=after)
-    return list(qs[:limit])
-
-
-# --- the overlay against baseline -----------------------------------------------
 
 
 @dataclass(frozen=True)
