@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -119,6 +120,18 @@ def _head(cursor: Any) -> tuple[int, str]:
     return (row[0], row[1]) if row else (0, "")
 
 
+@dataclass
+class _Walk:
+    """How far the re-chain has come: the last v1 and v2 hashes, the v2 hash before
+    the last (the log head's ``prev_hash``), the last seq and the revisions salted."""
+
+    prev_v1: str = chainv1.GENESIS
+    prev_v2: str = chain.GENESIS
+    last_prev_v2: str = chain.GENESIS
+    seq: int = 0
+    revisions_done: int = 0
+
+
 def rechain_to_v2(cursor: Any, *, progress: bool = True) -> dict[str, Any] | None:
     """Steps 1-4 of the module docstring; returns the cut's record (None for an empty log)."""
     cursor.execute(
@@ -128,58 +141,76 @@ def rechain_to_v2(cursor: Any, *, progress: bool = True) -> dict[str, Any] | Non
     if total == 0 or already:
         return None
     _set_triggers(cursor, "DISABLE")
-    prev_v1, prev_v2, last_prev_v2 = chainv1.GENESIS, chain.GENESIS, chain.GENESIS
-    seq, revisions_done = 0, 0
+    walk = _Walk()
     with tqdm(total=total, unit="changeset", desc="re-chain v1 → v2", disable=not progress) as bar:
         for chunk in _chunks(cursor):
-            changesets, salts = [], []
-            for changeset, revisions in chunk:
-                v1 = chainv1.changeset_hash(
-                    prev_hash=prev_v1,
-                    changeset=changeset,
-                    revisions_hex=chainv1.revisions_digest(revisions),
-                )
-                if changeset.prev_hash != prev_v1 or changeset.hash != v1:
-                    raise ChainBroken(
-                        f"the v1 chain breaks at seq {changeset.seq}: not re-chained (verify_log)"
-                    )
-                for revision in revisions:
-                    revision.salt = chain.new_salt()
-                    salts.append({"id": revision.id, "s": revision.salt.hex()})
-                changeset.v1_hash = v1
-                v2 = chain.changeset_hash(
-                    prev_hash=prev_v2,
-                    changeset=changeset,
-                    revisions_hex=chain.revisions_digest(revisions),
-                )
-                changesets.append(
-                    {"id": str(changeset.id), "prev_hash": prev_v2, "hash": v2, "v1_hash": v1}
-                )
-                prev_v1, last_prev_v2, prev_v2 = v1, prev_v2, v2
-                seq = changeset.seq
-                revisions_done += len(revisions)
-            cursor.execute(
-                "UPDATE changesets_revision r SET salt = decode(v.s, 'hex')"
-                " FROM jsonb_to_recordset(%s::jsonb) AS v(id bigint, s text) WHERE r.id = v.id",
-                [json.dumps(salts)],
-            )
-            _update_changesets(cursor, changesets)
+            _rechain_chunk(cursor, chunk, walk)
             bar.update(len(chunk))
+    _move_head(cursor, walk)
+    record = _record_cut(cursor, walk)
+    _set_triggers(cursor, "ENABLE")
+    return record
+
+
+def _rechain_chunk(cursor: Any, chunk: list[tuple[Any, list[Any]]], walk: _Walk) -> None:
+    """Steps 2-3 for one chunk: each v1 hash checked, salts drawn, v2 hashes computed;
+    the chunk's salts and hashes written in one statement each."""
+    changesets, salts = [], []
+    for changeset, revisions in chunk:
+        v1 = chainv1.changeset_hash(
+            prev_hash=walk.prev_v1,
+            changeset=changeset,
+            revisions_hex=chainv1.revisions_digest(revisions),
+        )
+        if changeset.prev_hash != walk.prev_v1 or changeset.hash != v1:
+            raise ChainBroken(
+                f"the v1 chain breaks at seq {changeset.seq}: not re-chained (verify_log)"
+            )
+        for revision in revisions:
+            revision.salt = chain.new_salt()
+            salts.append({"id": revision.id, "s": revision.salt.hex()})
+        changeset.v1_hash = v1
+        v2 = chain.changeset_hash(
+            prev_hash=walk.prev_v2,
+            changeset=changeset,
+            revisions_hex=chain.revisions_digest(revisions),
+        )
+        changesets.append(
+            {"id": str(changeset.id), "prev_hash": walk.prev_v2, "hash": v2, "v1_hash": v1}
+        )
+        walk.prev_v1, walk.last_prev_v2, walk.prev_v2 = v1, walk.prev_v2, v2
+        walk.seq = changeset.seq
+        walk.revisions_done += len(revisions)
+    cursor.execute(
+        "UPDATE changesets_revision r SET salt = decode(v.s, 'hex')"
+        " FROM jsonb_to_recordset(%s::jsonb) AS v(id bigint, s text) WHERE r.id = v.id",
+        [json.dumps(salts)],
+    )
+    _update_changesets(cursor, changesets)
+
+
+def _move_head(cursor: Any, walk: _Walk) -> None:
+    """Step 2's last check (the log head must name the v1 chain's last changeset), then
+    the head moved to the v2 chain's last hash."""
     head_seq, head_hash = _head(cursor)
-    if (head_seq, head_hash) != (seq, prev_v1):
+    if (head_seq, head_hash) != (walk.seq, walk.prev_v1):
         raise ChainBroken(f"the log head (seq {head_seq}) does not name the v1 chain's last")
     cursor.execute(
         "UPDATE changesets_loghead SET hash = %s, prev_hash = %s WHERE id = 1",
-        [prev_v2, last_prev_v2],
+        [walk.prev_v2, walk.last_prev_v2],
     )
+
+
+def _record_cut(cursor: Any, walk: _Walk) -> dict[str, Any]:
+    """Step 4: the :class:`~changesets.models.ChainUpgrade` row, and its values."""
     record = {
         "at": datetime.now(UTC),
         "from_version": chainv1.VERSION.decode(),
         "to_version": chain.VERSION.decode(),
-        "seq": seq,
-        "v1_hash": prev_v1,
-        "v2_hash": prev_v2,
-        "revisions": revisions_done,
+        "seq": walk.seq,
+        "v1_hash": walk.prev_v1,
+        "v2_hash": walk.prev_v2,
+        "revisions": walk.revisions_done,
     }
     cursor.execute(
         "INSERT INTO changesets_chainupgrade (at, from_version, to_version, seq, v1_hash,"
@@ -187,7 +218,6 @@ def rechain_to_v2(cursor: Any, *, progress: bool = True) -> dict[str, Any] | Non
         " %(v1_hash)s, %(v2_hash)s, %(revisions)s)",
         record,
     )
-    _set_triggers(cursor, "ENABLE")
     return record
 
 

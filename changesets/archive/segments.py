@@ -89,7 +89,7 @@ def _ms(at: datetime) -> str:
 
 
 def _us(at: datetime) -> str:
-    """The time the chain hashes (``changesets.chain._timestamp``)."""
+    """The time the chain hashes (``changesets.chain.encoding._timestamp``)."""
     return at.astimezone(UTC).isoformat(timespec="microseconds")
 
 

@@ -10,6 +10,8 @@ from django.core.management import call_command
 from django.db import connection, transaction
 
 from changesets import chain
+from changesets.chain.encoding import _canonical, _timestamp
+from changesets.chain.header import _header_rest
 from changesets.models import Changeset, LogHead, Revision, Rpc
 from changesets.ops import DeleteOp, PutOp
 from changesets.selectors.log import previous_hash
@@ -95,13 +97,13 @@ def test_the_sql_header_is_the_python_header_byte_for_byte(staff, namespace):
         comment="x",
     ).changeset
     middle = chain.header_middle(written, "d" * 64)
-    spliced = f'{{"at":"{chain._timestamp(written.at)}",{middle},"seq":{written.seq}}}'.encode()
+    spliced = f'{{"at":"{_timestamp(written.at)}",{middle},"seq":{written.seq}}}'.encode()
     header = {
-        **chain._header_rest(written, "d" * 64),
-        "at": chain._timestamp(written.at),
+        **_header_rest(written, "d" * 64),
+        "at": _timestamp(written.at),
         "seq": written.seq,
     }
-    assert spliced == chain._canonical(header)
+    assert spliced == _canonical(header)
 
 
 def test_verify_log_command_passes_on_an_untouched_log(history):

@@ -1,7 +1,7 @@
 """The member digests' fast paths give exactly what the canonical encoding gives.
 
-A member digest hashes the canonical JSON of one value; ``chain._encode`` skips
-the JSON encoder for strings and integers, and ``chain._member_keys`` copies one
+A member digest hashes the canonical JSON of one value; ``members._encode`` skips
+the JSON encoder for strings and integers, and ``members._member_keys`` copies one
 keyed BLAKE2b state per salt. A byte of difference would break every chain
 written before (or after) the change, so both are pinned against the reference
 spellings here, over the values JSON can hold.
@@ -16,6 +16,8 @@ import os
 import pytest
 
 from changesets import chain
+from changesets.chain.encoding import _canonical
+from changesets.chain.members import _encode, _member_keys
 
 
 class Colour(enum.IntEnum):
@@ -56,7 +58,7 @@ VALUES = [
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)
 def test_the_member_encoding_is_the_canonical_json(value):
-    assert chain._encode(value).encode() == chain._canonical(value)
+    assert _encode(value).encode() == _canonical(value)
 
 
 def _reference_key(salt: bytes, side: str, name: str) -> bytes:
@@ -67,7 +69,7 @@ def _reference_key(salt: bytes, side: str, name: str) -> bytes:
 def test_the_copied_keyed_state_gives_member_key_for_every_side_and_name():
     for _ in range(20):
         salt = chain.new_salt()
-        key = chain._member_keys(salt)
+        key = _member_keys(salt)
         for side in chain.SIDES:
             for name in ("", "n", "ünï", "a" * 300, os.urandom(8).hex()):
                 assert key(side, name) == _reference_key(salt, side, name)
