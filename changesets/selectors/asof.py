@@ -179,7 +179,7 @@ def as_of_time(*, at: datetime, namespaces: Sequence[str] | None) -> Changeset |
     Times compare at milliseconds, the precision responses show: ``at`` names
     its whole millisecond, so a changeset's displayed ``at`` includes it even
     when an older row stored microseconds (new rows store milliseconds:
-    ``changesets.services.apply.log_clock``). Ties within a millisecond go to the
+    ``changesets.services.log_statement.log_clock``). Ties within a millisecond go to the
     highest seq.
 
     A seek, not a walk: ``at`` never runs backwards in seq order, so the time

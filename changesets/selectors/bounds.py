@@ -30,7 +30,7 @@ def end_of_millisecond(at: datetime) -> datetime:
     Responses show times at milliseconds, so a time a client copies from one
     names its whole millisecond: an upper bound (``until``, ``as_of_time``)
     must include a row stored with microseconds before ``at`` was truncated
-    (new rows store milliseconds: ``changesets.services.apply.log_clock``).
+    (new rows store milliseconds: ``changesets.services.log_statement.log_clock``).
     """
     return at.replace(microsecond=at.microsecond - at.microsecond % 1000 + 999)
 

@@ -35,6 +35,7 @@ from uuid import UUID
 
 from django.contrib.auth.models import User
 from django.db import connection
+from django.utils import timezone
 
 from changesets import chain, provenance
 from changesets.models import Changeset, default_message
@@ -52,6 +53,21 @@ _AT = (
 # first write, when the head's hash is NULL), and as the hex text the header hashes.
 _PREV = f"COALESCE(hash, decode('{chain.GENESIS}', 'hex'))"
 _PREV_HEX = f"COALESCE(encode(hash, 'hex'), '{chain.GENESIS}')"
+
+
+def log_clock() -> datetime:
+    """Now, truncated to the millisecond: the precision of a changeset's ``at``.
+
+    Responses show times with milliseconds (API.md), so storing more would make
+    a time copied from a response name a moment just *before* the changeset it
+    came from (``as_of_time`` would miss it). Entity rows take the same value,
+    so an entity's ``updated_at`` is its last changeset's ``at``. Rows written
+    before this rule keep their microseconds; ``changesets.selectors.asof.as_of_time``
+    compares at milliseconds for them.
+    """
+    now = timezone.now()
+    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
+
 
 # No message: it is always the rule's (``changesets.models.default_message``), so the
 # row leaves it NULL and reads fill it in (migration 0033). No ``prev_hash`` either: it

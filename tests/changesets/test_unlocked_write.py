@@ -28,6 +28,7 @@ from changesets.hooks import in_write_transaction
 from changesets.models import Changeset, Revision, Rpc
 from changesets.ops import DeleteOp, PatchOp, PutOp, WriteOp
 from changesets.services import apply as services
+from changesets.services import retry
 from changesets.services.apply import changeset_apply
 from entities.store import BaselineStore, EntityKey, baseline
 from tests.atlas.test_errors import assert_problem
@@ -195,7 +196,7 @@ def test_the_checked_statement_writes_nothing_when_the_row_moved(writer):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(services, "_read_versions", read_versions)
-        mp.setattr(services, "MAX_ATTEMPTS", 1)
+        mp.setattr(retry, "MAX_ATTEMPTS", 1)
         with pytest.raises(OperationalError) as caught:
             apply(writer, PatchOp(A, {"n": 2}))
     assert getattr(caught.value.__cause__, "sqlstate", None) == "40001"
