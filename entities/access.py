@@ -123,6 +123,18 @@ def _roles_sql(scope: str = "") -> str:
     four. ``scope``, a query of namespace names, keeps only the grants on those
     (the global rows always count), so a write reads its own namespaces' rows,
     however many grants the user holds elsewhere.
+
+    The three role permissions are looked up once, first (``pm``: their ids,
+    codenames and, for the namespace model's, its content type), and every arm
+    joins their ids. Each arm used to join ``auth_permission`` and
+    ``django_content_type`` itself, for every grant row: for a user with 500
+    namespace grants a role load cost 1.15 ms of server CPU against 0.56-0.63
+    now, and a write's lock statement 0.48 against 0.23-0.29, while the tables
+    have no statistics yet (a new database, autovacuum off); once analyzed the
+    two are alike, within this machine's noise (``bench/roles.py``;
+    docs/benchmarks.md, "Role rows"). An object grant counts when its
+    permission is the namespace model's own, as guardian's checker requires
+    (it reads the permissions of the object's content type).
     """
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group, Permission
@@ -137,32 +149,51 @@ def _roles_sql(scope: str = "") -> str:
     gop = GroupObjectPermission._meta.db_table
     # Global permissions count by their content type's app label, as
     # "entities.<codename>" does in get_all_permissions().
-    global_perm = (
-        f" JOIN {perm} p ON p.id = x.permission_id"
-        f" JOIN {ct} c ON c.id = p.content_type_id"
-        " AND c.app_label = 'entities' WHERE p.codename = ANY(%(codenames)s)"
+    pm = (
+        "pm(id, codename, ct) AS MATERIALIZED (SELECT p.id, p.codename,"
+        " CASE WHEN c.model = 'namespace' THEN c.id END"
+        f" FROM {ct} c JOIN {perm} p ON p.content_type_id = c.id"
+        " WHERE c.app_label = 'entities' AND p.codename = ANY(%(codenames)s))"
     )
-    # Scoped, the names are joined first, so each (namespace, permission) pair is
-    # one probe of guardian's unique (principal, permission, object) index, not a
-    # scan of all the user's grants (``IN (scope)`` planned that scan: twice the
-    # role rows' server time, measured in docs/benchmarks.md).
-    in_scope = f" JOIN ({scope}) s(name) ON s.name = x.object_pk" if scope else ""
-    object_perm = (
-        f"{in_scope} JOIN {perm} p ON p.id = x.permission_id"
-        " WHERE p.codename = ANY(%(codenames)s) AND x.content_type_id ="
-        f" (SELECT id FROM {ct} WHERE app_label = 'entities' AND model = 'namespace')"
-    )
+    if scope:
+        # Scoped, each (namespace, permission) pair is one probe of guardian's
+        # unique (principal, permission, object) index, not a scan of every grant
+        # the principal holds: ``OFFSET 0`` keeps the LATERAL subquery from being
+        # pulled up into a join the generic plan drove from the principal's grants.
+        def object_arm(table: str, principal: str, groups: str = "", where: str = "") -> str:
+            return (
+                f" SELECT x.object_pk, pm.codename FROM {groups}({scope}) s(name) CROSS JOIN pm"
+                f" CROSS JOIN LATERAL (SELECT x.object_pk FROM {table} x WHERE {principal}"
+                " AND x.permission_id = pm.id AND x.object_pk = s.name"
+                f" AND x.content_type_id = pm.ct OFFSET 0) x{where}"
+            )
+
+        user_object = object_arm(uop, "x.user_id = %(user)s")
+        group_object = object_arm(
+            gop,
+            "x.group_id = g.group_id",
+            f"{user_groups} g CROSS JOIN ",
+            " WHERE g.user_id = %(user)s",
+        )
+    else:
+        on_pm = " JOIN pm ON pm.id = x.permission_id AND pm.ct = x.content_type_id"
+        user_object = (
+            f" SELECT x.object_pk, pm.codename FROM {uop} x{on_pm} WHERE x.user_id = %(user)s"
+        )
+        group_object = (
+            f" SELECT x.object_pk, pm.codename FROM {user_groups} g"
+            f" JOIN {gop} x ON x.group_id = g.group_id{on_pm} WHERE g.user_id = %(user)s"
+        )
     return (
-        f"SELECT NULL, p.codename FROM {user_perms} x{global_perm} AND x.user_id = %(user)s"
+        f"WITH {pm}"
+        f" SELECT NULL, pm.codename FROM {user_perms} x JOIN pm ON pm.id = x.permission_id"
+        " WHERE x.user_id = %(user)s"
         " UNION ALL"
-        f" SELECT NULL, p.codename FROM {user_groups} g"
-        f" JOIN {group_perms} x ON x.group_id = g.group_id{global_perm}"
-        " AND g.user_id = %(user)s"
-        " UNION ALL"
-        f" SELECT x.object_pk, p.codename FROM {uop} x{object_perm} AND x.user_id = %(user)s"
-        " UNION ALL"
-        f" SELECT x.object_pk, p.codename FROM {user_groups} g"
-        f" JOIN {gop} x ON x.group_id = g.group_id{object_perm} AND g.user_id = %(user)s"
+        f" SELECT NULL, pm.codename FROM {user_groups} g"
+        f" JOIN {group_perms} x ON x.group_id = g.group_id JOIN pm ON pm.id = x.permission_id"
+        " WHERE g.user_id = %(user)s"
+        f" UNION ALL{user_object}"
+        f" UNION ALL{group_object}"
     )
 
 

@@ -7,6 +7,7 @@ import itertools
 import pytest
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
+from django.db import connection
 from guardian.models import GroupObjectPermission, UserObjectPermission
 from guardian.shortcuts import assign_perm
 
@@ -27,12 +28,15 @@ def reference_roles(user) -> tuple[Role, dict[str, Role]]:
             floor = max(floor, _CODENAME_ROLE[codename])
     ct = ContentType.objects.get_for_model(Namespace)
     grants: dict[str, Role] = {}
+    # Guardian's checker counts an object grant only with the object model's own
+    # permission (``permission__content_type`` is the object's content type).
+    mine = {"content_type": ct, "permission__content_type": ct}
     rows = list(
-        UserObjectPermission.objects.filter(user=user, content_type=ct).values_list(
+        UserObjectPermission.objects.filter(user=user, **mine).values_list(
             "object_pk", "permission__codename"
         )
     ) + list(
-        GroupObjectPermission.objects.filter(group__user=user, content_type=ct).values_list(
+        GroupObjectPermission.objects.filter(group__user=user, **mine).values_list(
             "object_pk", "permission__codename"
         )
     )
@@ -134,3 +138,100 @@ def test_inactive_staff_superuser_and_anonymous_roles():
     assert loaded(UserFactory(is_superuser=True)) == (Role.MAINTAINER, {})
     anonymous = access._load_roles(AnonymousUser())
     assert (anonymous.floor, anonymous.grants) == (Role.NONE, {})
+
+
+def test_an_object_grant_counts_only_with_the_namespace_models_own_permission():
+    # A row naming a namespace with a role-named permission of another model: guardian's
+    # checker ignores it (it reads the object model's permissions only), so does Atlas.
+    from guardian.core import ObjectPermissionChecker
+
+    user = UserFactory()
+    ns = NamespaceFactory()
+    # (guardian's save() refuses such a row; a bulk insert, as a raw one, does not)
+    UserObjectPermission.objects.bulk_create(
+        [
+            UserObjectPermission(
+                user=user,
+                permission=global_perm("write_namespace", model=Entity),
+                content_type=ContentType.objects.get_for_model(Namespace),
+                object_pk=ns.pk,
+            )
+        ]
+    )
+    assert not ObjectPermissionChecker(user).has_perm("write_namespace", ns)
+    assert loaded(user) == reference_roles(user) == (Role.NONE, {})
+
+
+def test_a_users_many_grants_load_as_the_reference_says():
+    user = UserFactory()
+    group = GroupFactory()
+    user.groups.add(group)
+    for i in range(60):
+        ns = NamespaceFactory(name=f"many.{i:03d}")
+        assign_perm(("read_namespace", "write_namespace", "maintain_namespace")[i % 3], user, ns)
+        if i % 4 == 0:
+            assign_perm("maintain_namespace", group, ns)
+    floor, grants = loaded(user)
+    assert (floor, grants) == reference_roles(user)
+    assert len(grants) == 60
+
+
+def _positional(sql: str, params: dict) -> tuple[str, list]:
+    """``%(name)s`` placeholders as ``%s``, with the values in their order."""
+    import re
+
+    values: list = []
+
+    def one(match: re.Match) -> str:
+        values.append(params[match.group(1)])
+        return "%s"
+
+    return re.sub(r"%\((\w+)\)s", one, sql), values
+
+
+def _nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+def test_a_writes_role_rows_probe_its_namespaces_grants_not_every_grant():
+    """The lock statement reads the writer's grants on the written namespace, one
+    probe of guardian's unique index per role permission, under the generic plan
+    that ``atlas.db.prepared_cursor`` runs: however many other namespaces she holds
+    grants on, it reads none of them."""
+    from entities.store.baseline import _lock_sql
+    from tests.changesets.partition_helpers import analyze_generic
+
+    user = UserFactory()
+    for i in range(200):
+        assign_perm("read_namespace", user, NamespaceFactory(name=f"many.{i:03d}"))
+    # Other principals' grants, so that the table has the shape of a real one.
+    ct = ContentType.objects.get_for_model(Namespace)
+    read = Permission.objects.get(content_type=ct, codename="read_namespace")
+    UserObjectPermission.objects.bulk_create(
+        UserObjectPermission(user=other, permission=read, content_type=ct, object_pk=f"x.{i}")
+        for other in UserFactory.create_batch(20)
+        for i in range(1000)
+    )
+    target = NamespaceFactory(name="acme.target")
+    assign_perm("write_namespace", user, target)
+    fresh = type(user).objects.get(pk=user.pk)
+    with connection.cursor() as cursor:  # as autovacuum would have (off on some test servers)
+        cursor.execute("ANALYZE guardian_userobjectpermission, guardian_groupobjectpermission")
+    params = access.guard_params(access.write_guard(fresh, branch="")) | {
+        "ns": target.name,
+        "kind": "k",
+        "slug": "s",
+    }
+    plan = analyze_generic(*_positional(_lock_sql(False, 1), params))
+    grants = [n for n in _nodes(plan) if n.get("Relation Name") == "guardian_userobjectpermission"]
+    assert grants, "the plan reads no user grants"
+    # One probe per role permission (rows are per-loop averages, rounded down).
+    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in grants)
+    probes = sum(n["Actual Loops"] for n in grants)
+    assert read <= 3 and probes <= 3, (read, probes, [n.get("Index Cond") for n in grants])
+    assert all(
+        "object_pk" in (n.get("Index Cond") or "") and n.get("Rows Removed by Filter", 0) <= 3
+        for n in grants
+    ), [(n.get("Index Name"), n.get("Index Cond"), n.get("Filter")) for n in grants]
