@@ -124,17 +124,13 @@ def _roles_sql(scope: str = "") -> str:
     (the global rows always count), so a write reads its own namespaces' rows,
     however many grants the user holds elsewhere.
 
-    The three role permissions are looked up once, first (``pm``: their ids,
-    codenames and, for the namespace model's, its content type), and every arm
-    joins their ids. Each arm used to join ``auth_permission`` and
-    ``django_content_type`` itself, for every grant row: for a user with 500
-    namespace grants a role load cost 1.15 ms of server CPU against 0.56-0.63
-    now, and a write's lock statement 0.48 against 0.23-0.29, while the tables
-    have no statistics yet (a new database, autovacuum off); once analyzed the
-    two are alike, within this machine's noise (``bench/roles.py``;
-    docs/benchmarks.md, "Role rows"). An object grant counts when its
-    permission is the namespace model's own, as guardian's checker requires
-    (it reads the permissions of the object's content type).
+    The three role permissions are read once (``pm``) and every arm joins
+    their ids: each arm used to join ``auth_permission`` and
+    ``django_content_type`` for every grant row, which doubled a role load's
+    and a lock statement's server time for a user with 500 grants while the
+    tables had no statistics (``bench/roles.py``, docs/benchmarks.md "Role
+    rows"). An object grant counts with the namespace model's own permission
+    only, as guardian's checker reads it.
     """
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group, Permission
@@ -145,8 +141,6 @@ def _roles_sql(scope: str = "") -> str:
     group_perms = Group.permissions.through._meta.db_table
     perm = Permission._meta.db_table
     ct = ContentType._meta.db_table
-    uop = UserObjectPermission._meta.db_table
-    gop = GroupObjectPermission._meta.db_table
     # Global permissions count by their content type's app label, as
     # "entities.<codename>" does in get_all_permissions().
     pm = (
@@ -155,35 +149,7 @@ def _roles_sql(scope: str = "") -> str:
         f" FROM {ct} c JOIN {perm} p ON p.content_type_id = c.id"
         " WHERE c.app_label = 'entities' AND p.codename = ANY(%(codenames)s))"
     )
-    if scope:
-        # Scoped, each (namespace, permission) pair is one probe of guardian's
-        # unique (principal, permission, object) index, not a scan of every grant
-        # the principal holds: ``OFFSET 0`` keeps the LATERAL subquery from being
-        # pulled up into a join the generic plan drove from the principal's grants.
-        def object_arm(table: str, principal: str, groups: str = "", where: str = "") -> str:
-            return (
-                f" SELECT x.object_pk, pm.codename FROM {groups}({scope}) s(name) CROSS JOIN pm"
-                f" CROSS JOIN LATERAL (SELECT x.object_pk FROM {table} x WHERE {principal}"
-                " AND x.permission_id = pm.id AND x.object_pk = s.name"
-                f" AND x.content_type_id = pm.ct OFFSET 0) x{where}"
-            )
-
-        user_object = object_arm(uop, "x.user_id = %(user)s")
-        group_object = object_arm(
-            gop,
-            "x.group_id = g.group_id",
-            f"{user_groups} g CROSS JOIN ",
-            " WHERE g.user_id = %(user)s",
-        )
-    else:
-        on_pm = " JOIN pm ON pm.id = x.permission_id AND pm.ct = x.content_type_id"
-        user_object = (
-            f" SELECT x.object_pk, pm.codename FROM {uop} x{on_pm} WHERE x.user_id = %(user)s"
-        )
-        group_object = (
-            f" SELECT x.object_pk, pm.codename FROM {user_groups} g"
-            f" JOIN {gop} x ON x.group_id = g.group_id{on_pm} WHERE g.user_id = %(user)s"
-        )
+    user_object, group_object = _object_arms(scope, user_groups)
     return (
         f"WITH {pm}"
         f" SELECT NULL, pm.codename FROM {user_perms} x JOIN pm ON pm.id = x.permission_id"
@@ -194,6 +160,43 @@ def _roles_sql(scope: str = "") -> str:
         " WHERE g.user_id = %(user)s"
         f" UNION ALL{user_object}"
         f" UNION ALL{group_object}"
+    )
+
+
+def _object_arms(scope: str, user_groups: str) -> tuple[str, str]:
+    """:func:`_roles_sql`'s arms of the user's and her groups' guardian grants.
+
+    Scoped, each (namespace, permission) pair is one probe of guardian's index of
+    (principal, content type, object), not a scan of every grant the principal
+    holds: ``OFFSET 0`` keeps the LATERAL subquery from being pulled up into a
+    join that the generic plan drove from the principal's grants.
+    """
+    uop = UserObjectPermission._meta.db_table
+    gop = GroupObjectPermission._meta.db_table
+    if not scope:
+        on_pm = " JOIN pm ON pm.id = x.permission_id AND pm.ct = x.content_type_id"
+        return (
+            f" SELECT x.object_pk, pm.codename FROM {uop} x{on_pm} WHERE x.user_id = %(user)s",
+            f" SELECT x.object_pk, pm.codename FROM {user_groups} g"
+            f" JOIN {gop} x ON x.group_id = g.group_id{on_pm} WHERE g.user_id = %(user)s",
+        )
+
+    def probe(table: str, principal: str, groups: str = "", where: str = "") -> str:
+        return (
+            f" SELECT x.object_pk, pm.codename FROM {groups}({scope}) s(name) CROSS JOIN pm"
+            f" CROSS JOIN LATERAL (SELECT x.object_pk FROM {table} x WHERE {principal}"
+            " AND x.permission_id = pm.id AND x.object_pk = s.name"
+            f" AND x.content_type_id = pm.ct OFFSET 0) x{where}"
+        )
+
+    return (
+        probe(uop, "x.user_id = %(user)s"),
+        probe(
+            gop,
+            "x.group_id = g.group_id",
+            f"{user_groups} g CROSS JOIN ",
+            " WHERE g.user_id = %(user)s",
+        ),
     )
 
 
