@@ -13,11 +13,12 @@ filtered walk for a rare rpc or the scoped namespace plan, fails here.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.contrib import admin
-from django.db import connection
+from django.db import connection, transaction
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.urls import resolve
@@ -46,18 +47,41 @@ READERS = [None, SCOPED]
 NAMESPACE_INDEXES = {"changeset_ns1_seq", "changeset_ns2_seq", "changeset_ns3_more"}
 
 
+@pytest.fixture(scope="module")
+def seeded_log(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """The skewed log, seeded once for the module inside a transaction that is
+    rolled back when the module ends: each test runs in a savepoint of it (its
+    ``django_db`` atomic block nests), so the rows, the partitions and the
+    statistics below are gone afterwards, as a per-test seed's were. Seeding was
+    most of this module's time (about 11 s a test)."""
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            with connection.cursor() as cursor:
+                pop.populate(cursor, ROWS)
+                # Statistics from every row, not ANALYZE's random sample of 30,000 (300
+                # × the default target): with a sample the plans differed from run to
+                # run (a scoped branch page ANDed her namespaces' GIN bitmap with the
+                # branch index in one CI run in several), so a plan test would pass or
+                # fail by chance.
+                cursor.execute("SET LOCAL default_statistics_target = 1000")
+                for table in (
+                    "changesets_changeset",
+                    "changesets_revision",
+                    "changesets_journalentry",
+                ):
+                    cursor.execute(f"ANALYZE {table}")
+                cursor.execute("RESET default_statistics_target")
+            yield
+        finally:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
 @pytest.fixture
-def log() -> None:
-    with connection.cursor() as cursor:
-        pop.populate(cursor, ROWS)
-        # Statistics from every row, not ANALYZE's random sample of 30,000 (300 × the
-        # default target): with a sample the plans differed from run to run (a scoped
-        # branch page ANDed her namespaces' GIN bitmap with the branch index in one
-        # CI run in several), so a plan test would pass or fail by chance.
-        cursor.execute("SET LOCAL default_statistics_target = 1000")
-        for table in ("changesets_changeset", "changesets_revision", "changesets_journalentry"):
-            cursor.execute(f"ANALYZE {table}")
-        cursor.execute("RESET default_statistics_target")
+def log(seeded_log: None) -> None:
+    """The module's seeded log (:func:`seeded_log`), for a test that reads it."""
 
 
 def indexes(plan: dict[str, Any]) -> set[str]:
@@ -102,7 +126,7 @@ def brute(namespaces: list[str] | None, **filters: Any) -> list[int]:
     return list(qs.order_by("-seq").values_list("seq", flat=True)[:51])
 
 
-# (One seeded log per test, the cases looped inside: seeding is the slow part.)
+# (One seeded log per module, the cases looped inside each test.)
 
 
 def test_a_rare_rpc_filter_is_a_seek_on_its_partial_index(log):
