@@ -12,8 +12,8 @@ them, writer, on the namespace written) this times both statements as
 ``atlas.db.prepared_cursor`` runs them (prepared, one generic plan), N each
 of ``--grants``, twice: before the tables have statistics (a new database, or
 a server with autovacuum off) and after ``ANALYZE``. Per statement: the
-server's CPU time (the backend's ``/proc`` counters over ``--repeat``
-executions, so scheduling noise does not count) and the wall time at the
+server's CPU time (the backend process's counters, read with psutil, over
+``--repeat`` executions, so scheduling noise does not count) and the wall time at the
 client, median of three rounds.
 """
 
@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Any
 
+import psutil
 import psycopg
 from _common import bench_env, header, parse_part_args, part_parser, table, write_json
 from _setup import database_url, setup, write_section
@@ -32,7 +33,6 @@ from _setup import database_url, setup, write_section
 # Dropped and made again by every run, so a name of its own beside the bench database.
 DB = f"{os.environ.get('ATLAS_BENCH_DB') or 'atlas_bench'}_roles"
 TITLE = "Role rows: authorization per request and per write"
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def seed(grants: int) -> tuple[Any, str]:
@@ -86,9 +86,10 @@ def statements(user: Any, namespace: str) -> dict[str, tuple[str, dict[str, Any]
     }
 
 
-def time_statement(sql: str, params: dict[str, Any], repeat: int) -> tuple[float, float]:
+def time_statement(sql: str, params: dict[str, Any], repeat: int) -> tuple[float | None, float]:
     """(server CPU ms, client wall ms) per execution, on a new connection each time:
-    a new prepared statement, planned against the tables' statistics as they are."""
+    a new prepared statement, planned against the tables' statistics as they are.
+    The server's CPU is None when the backend is not a process of this machine."""
     from django.db import connection
 
     from atlas.db import prepared_cursor
@@ -97,11 +98,10 @@ def time_statement(sql: str, params: dict[str, Any], repeat: int) -> tuple[float
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
+    backend = psutil.Process(pid) if psutil.pid_exists(pid) else None
 
     def cpu() -> float:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
+        return sum(backend.cpu_times()[:2]) if backend is not None else 0.0
 
     with prepared_cursor() as cursor:
         for _ in range(10):
@@ -112,14 +112,13 @@ def time_statement(sql: str, params: dict[str, Any], repeat: int) -> tuple[float
             cursor.execute(sql, params)
             cursor.fetchall()
         wall = (time.perf_counter() - started) / repeat * 1000
-        return (cpu() - started_cpu) / repeat * 1000, wall
+        server = (cpu() - started_cpu) / repeat * 1000 if backend is not None else None
+        return server, wall
 
 
 def measure(grant_counts: list[int], repeat: int, rounds: int) -> list[dict[str, Any]]:
     from django.db import connection
 
-    # The backend's counters are readable when PostgreSQL runs on this machine.
-    local = os.path.exists("/proc/self/stat")
     rows = []
     for stats in (False, True):
         seeded = []
@@ -136,11 +135,16 @@ def measure(grant_counts: list[int], repeat: int, rounds: int) -> list[dict[str,
                         "statement": name,
                         "grants": grants,
                         "statistics": stats,
-                        "server_cpu_ms": statistics.median(r[0] for r in runs) if local else None,
+                        "server_cpu_ms": _median([r[0] for r in runs]),
                         "wall_ms": statistics.median(r[1] for r in runs),
                     }
                 )
     return rows
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def main() -> None:
