@@ -189,12 +189,6 @@ def _positional(sql: str, params: dict) -> tuple[str, list]:
     return re.sub(r"%\((\w+)\)s", one, sql), values
 
 
-def _nodes(plan: dict):
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def test_a_writes_role_rows_probe_its_namespaces_grants_not_every_grant():
     """The lock statement reads the writer's grants on the written namespace, one
     probe of guardian's unique index per role permission, under the generic plan
@@ -202,6 +196,7 @@ def test_a_writes_role_rows_probe_its_namespaces_grants_not_every_grant():
     grants on, it reads none of them."""
     from entities.store.baseline import _lock_sql
     from tests.changesets.partition_helpers import analyze_generic
+    from tests.changesets.test_time_seek import nodes
 
     user = UserFactory()
     for i in range(200):
@@ -225,7 +220,7 @@ def test_a_writes_role_rows_probe_its_namespaces_grants_not_every_grant():
         "slug": "s",
     }
     plan = analyze_generic(*_positional(_lock_sql(False, 1), params))
-    grants = [n for n in _nodes(plan) if n.get("Relation Name") == "guardian_userobjectpermission"]
+    grants = [n for n in nodes(plan) if n.get("Relation Name") == "guardian_userobjectpermission"]
     assert grants, "the plan reads no user grants"
     # One probe per role permission (rows are per-loop averages, rounded down).
     read = sum(n["Actual Rows"] * n["Actual Loops"] for n in grants)
