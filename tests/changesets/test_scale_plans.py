@@ -54,29 +54,21 @@ def seeded_log(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     ``django_db`` atomic block nests), so the rows, the partitions and the
     statistics below are gone afterwards, as a per-test seed's were. Seeding was
     most of this module's time (about 11 s a test)."""
-    with django_db_blocker.unblock():
-        outer = transaction.atomic()
-        outer.__enter__()
+    with django_db_blocker.unblock(), transaction.atomic():
+        with connection.cursor() as cursor:
+            pop.populate(cursor, ROWS)
+            # Statistics from every row, not ANALYZE's random sample of 30,000 (300 ×
+            # the default target): with a sample the plans differed from run to run (a
+            # scoped branch page ANDed her namespaces' GIN bitmap with the branch index
+            # in one CI run in several), so a plan test would pass or fail by chance.
+            cursor.execute("SET LOCAL default_statistics_target = 1000")
+            for table in ("changesets_changeset", "changesets_revision", "changesets_journalentry"):
+                cursor.execute(f"ANALYZE {table}")
+            cursor.execute("RESET default_statistics_target")
         try:
-            with connection.cursor() as cursor:
-                pop.populate(cursor, ROWS)
-                # Statistics from every row, not ANALYZE's random sample of 30,000 (300
-                # × the default target): with a sample the plans differed from run to
-                # run (a scoped branch page ANDed her namespaces' GIN bitmap with the
-                # branch index in one CI run in several), so a plan test would pass or
-                # fail by chance.
-                cursor.execute("SET LOCAL default_statistics_target = 1000")
-                for table in (
-                    "changesets_changeset",
-                    "changesets_revision",
-                    "changesets_journalentry",
-                ):
-                    cursor.execute(f"ANALYZE {table}")
-                cursor.execute("RESET default_statistics_target")
             yield
         finally:
             transaction.set_rollback(True)
-            outer.__exit__(None, None, None)
 
 
 @pytest.fixture
