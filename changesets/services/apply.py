@@ -41,7 +41,7 @@ from changesets.services.lock import (
 )
 from changesets.services.netchange import Folded, NetChange
 from changesets.services.result import ApplyResult, PlannedResult
-from changesets.services.retry import RETRYABLE_SQLSTATES, HeadMissing, attempts
+from changesets.services.retry import HeadMissing, attempts
 from changesets.services.retry import may_write_unlocked as _may_write_unlocked
 from entities.store import (
     EntityKey,
@@ -56,7 +56,6 @@ __all__ = [
     "ApplyResult",
     "PlannedResult",
     "Planner",
-    "RETRYABLE_SQLSTATES",
     "changeset_apply",
     "changeset_apply_planned",
     "changeset_apply_within",

@@ -16,11 +16,12 @@ from changesets.archive import erasure as archive_erasure
 from changesets.models import BASELINE, Changeset, Erasure, Rpc
 from changesets.ops import PutOp, WriteOp
 from changesets.redaction import redacted
-from changesets.services.apply import RETRYABLE_SQLSTATES, changeset_apply_within
+from changesets.services.apply import changeset_apply_within
 from changesets.services.erase.copies import _redact_copies
 from changesets.services.erase.record import _record
 from changesets.services.erase.revisions import _redact_revisions
 from changesets.services.erase.targets import EraseTarget, _checked
+from changesets.services.retry import RETRYABLE_SQLSTATES
 from entities import access
 from entities.access import Role
 from entities.models import Namespace
