@@ -112,6 +112,40 @@ def outcome_op(outcome: Outcome, current: Doc) -> WriteOp | None:
     return PutOp(outcome.key, outcome.content)
 
 
+@dataclass(frozen=True)
+class Triple:
+    """One entity to merge: its base, ``ours``, ``theirs``, and the content the
+    write starts from (``current``: what the op must take to the outcome)."""
+
+    key: EntityKey
+    base: Doc
+    ours: Doc
+    theirs: Doc
+    current: Doc
+
+
+def merge_all(
+    triples: Iterable[Triple],
+    *,
+    granularity: Granularity,
+    resolutions: Sequence[Resolution] = (),
+) -> tuple[list[WriteOp], list[dict[str, Any]]]:
+    """Merge each entity (:func:`resolve`): the ops that write the clean outcomes,
+    and every conflict left, as the 409 lists them. Merge and sync raise their own
+    refusal when the second is not empty, so no op is written then."""
+    ops: list[WriteOp] = []
+    conflicts: list[dict[str, Any]] = []
+    for t in triples:
+        outcome = resolve(
+            t.key, t.base, t.ours, t.theirs, granularity=granularity, resolutions=resolutions
+        )
+        conflicts += [conflict_repr(t.key, c) for c in outcome.conflicts]
+        op = outcome_op(outcome, t.current)
+        if op is not None and not outcome.conflicts:
+            ops.append(op)
+    return ops, conflicts
+
+
 def baseline_contents_at(wanted: Mapping[EntityKey, int]) -> dict[EntityKey, dict[str, Any]]:
     """Baseline's content of each key at the given version, from the log; one statement.
 

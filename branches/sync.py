@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from atlas.exceptions import Conflict, NotFound
 from branches.exceptions import PlanMoved, SyncConflict
-from branches.keymerge import Resolution, baseline_contents_at, conflict_repr, outcome_op, resolve
+from branches.keymerge import Resolution, Triple, baseline_contents_at, merge_all
 from branches.models import Branch
 from branches.selectors import can_see
 from branches.store import BranchStore, require_open
@@ -158,24 +158,13 @@ def _planner(
         bases = baseline_contents_at(
             {m.key: m.base_version for m in store.moved if m.base_version is not None}
         )
-        ops: list[WriteOp] = []
-        conflicts: list[dict[str, Any]] = []
+        triples = []
         for m in store.moved:
             mine = current.get(m.key)
             theirs = mine.content if mine is not None else None
             base = bases.get(m.key) if m.base_version is not None else None
-            outcome = resolve(
-                m.key,
-                base,
-                m.baseline_content,
-                theirs,
-                granularity=granularity,
-                resolutions=resolutions,
-            )
-            conflicts += [conflict_repr(m.key, c) for c in outcome.conflicts]
-            op = outcome_op(outcome, theirs)
-            if op is not None and not outcome.conflicts:
-                ops.append(op)
+            triples.append(Triple(m.key, base, m.baseline_content, theirs, current=theirs))
+        ops, conflicts = merge_all(triples, granularity=granularity, resolutions=resolutions)
         if conflicts:
             raise SyncConflict(
                 f"Branch {name!r} and baseline changed {len(conflicts)} pointer"

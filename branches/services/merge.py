@@ -17,13 +17,7 @@ from django.utils import timezone
 
 from atlas.exceptions import Conflict, PermissionDenied, ValidationFailed
 from branches.exceptions import MergeConflict, PlanMoved
-from branches.keymerge import (
-    Resolution,
-    baseline_contents_at,
-    conflict_repr,
-    outcome_op,
-    resolve,
-)
+from branches.keymerge import Resolution, Triple, baseline_contents_at, merge_all
 from branches.merge import MergeStore, merge_conflict
 from branches.models import Branch, BranchStatus
 from branches.selectors import OverlayChange, overlay_change_counts, overlay_changes
@@ -230,21 +224,15 @@ def _key_merge_planner(
             and (current[c.key].version if c.key in current else None) != c.base_version
         }
         bases = baseline_contents_at(moved)
-        ops: list[WriteOp] = []
-        conflicts: list[dict[str, Any]] = []
+        triples = []
         for change in plan:
             now = current.get(change.key)
             ours = now.content if now is not None else None
             now_version = now.version if now is not None else None
             base = ours if change.base_version == now_version else bases.get(change.key)
             theirs = None if change.deleted else change.content
-            outcome = resolve(
-                change.key, base, ours, theirs, granularity="key", resolutions=resolutions
-            )
-            conflicts += [conflict_repr(change.key, c) for c in outcome.conflicts]
-            op = outcome_op(outcome, ours)
-            if op is not None and not outcome.conflicts:
-                ops.append(op)
+            triples.append(Triple(change.key, base, ours, theirs, current=ours))
+        ops, conflicts = merge_all(triples, granularity="key", resolutions=resolutions)
         if conflicts:
             raise MergeConflict(
                 f"Branch {branch.name!r} and baseline changed {len(conflicts)} pointer"
