@@ -68,10 +68,13 @@ class ApplyResult:
         # keywords; keywords if the model's fields ever stop matching this order.
         names = tuple(f.attname for f in Revision._meta.concrete_fields)
         positional = names[: len(_REVISION_FIELDS)] == _REVISION_FIELDS
+        # Untyped on purpose: the Django plugin checks ``*values`` against each field
+        # in turn, and whether it then objects depends on what else is installed
+        # (with bench/requirements.txt, it did).
+        build: Any = Revision
         out = []
         changed = list(self.changed) or [[] for _ in self.changes]
         for c, keys in zip(self.changes, changed, strict=True):
-            # Any: the Django plugin checks ``*values`` against every field at once.
             values: tuple[Any, ...] = (
                 None,
                 cs_id,
@@ -89,7 +92,7 @@ class ApplyResult:
                 keys,
             )
             revision = (
-                Revision(*values)
+                build(*values)
                 if positional
                 else Revision(**dict(zip(_REVISION_FIELDS, values, strict=True)))
             )
