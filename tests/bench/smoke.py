@@ -35,7 +35,7 @@ def run_smoke(
     ``extra_databases``: suffixes of databases the script makes beside its own
     (``_scale_2k``), dropped with it.
     """
-    name = f"atlas_bench_{script}_{uuid.uuid4().hex[:8]}"
+    name = unique_name(script)
     url = database_url_of_tests()
     doc, out = tmp_path / "benchmarks.md", tmp_path / f"{script}.json"
     child = child_env(url, ATLAS_BENCH_DB=name, ATLAS_BENCH_SERVER_URL=url, **(env or {}))
@@ -46,11 +46,29 @@ def run_smoke(
             cwd=ROOT, env=child, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
     finally:
-        # The path, not the last "/": the embedded server's URL names its socket folder
-        # in the query (?host=/…/.atlas/pgdata).
-        admin = urlunsplit(urlsplit(url)._replace(path="/postgres"))
-        with psycopg.connect(admin, autocommit=True) as conn:
-            for database in (name, *(name + suffix for suffix in extra_databases)):
-                conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        drop_databases(name, *(name + suffix for suffix in extra_databases))
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(out.read_text()), doc.read_text()
+
+
+def unique_name(script: str) -> str:
+    """A bench database name of this run's own: two test runs on one server (a
+    developer's and CI's, say) never drop or populate each other's."""
+    return f"atlas_bench_{script}_{uuid.uuid4().hex[:8]}"
+
+
+def drop_databases(*names: str, prefix: str | None = None) -> None:
+    """Drop ``names``, and every database whose name starts with ``prefix``, on the
+    tests' server (the bench scripts name theirs after ``ATLAS_BENCH_DB``)."""
+    # The path, not the last "/": the embedded server's URL names its socket folder
+    # in the query (?host=/…/.atlas/pgdata).
+    admin = urlunsplit(urlsplit(database_url_of_tests())._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        found = list(names)
+        if prefix:
+            rows = conn.execute(
+                "SELECT datname FROM pg_database WHERE starts_with(datname, %s)", [prefix]
+            )
+            found += [row[0] for row in rows]
+        for database in dict.fromkeys(found):
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')

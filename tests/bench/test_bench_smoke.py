@@ -1,7 +1,8 @@
 """The benchmark suite (bench/run_all.py) at CI size: it runs end to end. Numbers are not asserted.
 
-One subprocess run of ``bench/run_all.py --smoke`` (its own database,
-``atlas_bench_smoke``, a scratch doc and plot folder), shared by the tests here.
+One subprocess run of ``bench/run_all.py --smoke`` (databases of its own, named
+after a unique ``atlas_bench_smoke_…`` and dropped after it, a scratch doc and plot
+folder), shared by the tests here.
 Atlas, the plain baseline and raw psycopg are always measured; the peers
 (django-simple-history, django-reversion, django-pghistory) only when
 bench/requirements.txt is installed — `make test` does not install it, so in CI
@@ -18,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench.smoke import drop_databases, unique_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PEER_MODULES = ("simple_history", "reversion", "pgtrigger", "pghistory")
@@ -39,13 +42,17 @@ def smoke_run(tmp_path_factory) -> dict:
         # The suite sets these itself; pytest-django's settings module must not leak in.
         if k not in ("DJANGO_SETTINGS_MODULE", "ATLAS_BENCH_DOC", "ATLAS_BENCH_PLOTS")
     }
-    env["ATLAS_BENCH_DB"] = "atlas_bench_smoke"
+    # Every database the suite makes is named after this one (``_hist_1k``, ``_scale_2k``…).
+    env["ATLAS_BENCH_DB"] = name = unique_name("smoke")
     env["ATLAS_BENCH_PEERS"] = "1" if PEERS else "0"
     argv = [sys.executable, str(ROOT / "bench" / "run_all.py"), "--smoke"]
     argv += ["--doc", str(doc), "--plots", str(out / "plots")]
-    proc = subprocess.run(
-        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
+    try:
+        proc = subprocess.run(
+            argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
+        )
+    finally:
+        drop_databases(prefix=name)
     return {"proc": proc, "doc": doc.read_text() if doc.exists() else "", "out": out}
 
 

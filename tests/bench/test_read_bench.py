@@ -21,6 +21,8 @@ from types import ModuleType
 import pytest
 from django.db import connection
 
+from tests.bench.smoke import drop_databases, unique_name
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -161,16 +163,25 @@ def test_scale_bench_times_two_sizes_interleaved_in_process_and_over_gunicorn(tm
     """bench/scale.py end to end at two tiny sizes, a few pages: a server per size,
     gunicorn per size, the saved records and the report's table."""
     import os
-    import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    name = unique_name("check")  # its sizes are <name>_scale_2k and <name>_scale_10k
     env.update(
-        ATLAS_BENCH_DB="atlas_bench_check",
+        ATLAS_BENCH_DB=name,
         ATLAS_BENCH_PLOTS=str(tmp_path),
         ATLAS_BENCH_DOC=str(tmp_path / "benchmarks.md"),
     )
     script = [sys.executable, str(ROOT / "bench" / "scale.py")]
     run = script + ["--sizes", "2k,10k", "--only", "author=tiny", "--runs", "2"]
+    try:
+        _scale_two_sizes(script, run, env, tmp_path)
+    finally:
+        drop_databases(prefix=name)
+
+
+def _scale_two_sizes(script: list[str], run: list[str], env: dict, tmp_path: Path) -> None:
+    import subprocess
+
     proc = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for size, total in (("2k", 2_000), ("10k", 10_000)):
