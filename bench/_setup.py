@@ -44,6 +44,18 @@ def database_url(name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
+def fresh_database(name: str) -> str:
+    """Database ``name`` on the benchmark server, dropped (whatever holds it open) and
+    made again, empty: for a script whose figures need a new one every run."""
+    import psycopg
+
+    # The path, not the last "/": an embedded server's URL names its socket in the query.
+    admin = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return database_url(name)
+
+
 def setup(settings: str | None = None, database: str | None = None) -> None:
     """Point Django at a benchmark database (``atlas_bench`` unless told), migrate it.
 

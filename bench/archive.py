@@ -36,27 +36,15 @@ import os
 import tempfile
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from _common import bench_env, header, parse_part_args, part_parser, summary, table, write_json
-from _setup import database_url, setup, write_section
+from _setup import fresh_database, setup, write_section
 
 TITLE = "Archive cut (issue 21, phase 1)"
 # Dropped and made afresh each run; ATLAS_BENCH_DB names another (the smoke test's own).
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_archive"
 NAMESPACES = ("bench.a", "bench.b", "bench.c", "bench.d")
 TABLES = ("changesets_changeset", "changesets_revision", "changesets_journalentry")
-
-
-def _fresh_database() -> None:
-    import psycopg
-    from _setup import server_url
-
-    # The path, not the last "/": an embedded server's URL names its socket in the query.
-    admin = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    database_url(DB)
 
 
 def writer_main(index: int, archive_dir: str, stop: Any, results: Any, ready: Any) -> None:
@@ -254,7 +242,7 @@ def main() -> None:
         "ATLAS_ARCHIVE_SIGNING_KEY": os.environ.get("ATLAS_ARCHIVE_SIGNING_KEY")
         or _new_key(),
     })  # fmt: skip
-    _fresh_database()
+    fresh_database(DB)
     setup(database=DB)
     filled = populate(revisions, args.batch)
     result = _measure(args, archive_dir, filled)

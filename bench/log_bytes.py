@@ -30,24 +30,14 @@ import argparse
 import os
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from _common import bench_env, header, parse_part_args, part_parser, table, write_json
-from _setup import database_url, server_url, setup, write_section
+from _setup import fresh_database, server_url, setup, write_section
 
 TITLE = "Where a write's bytes go (issue 16, item 6)"
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_bytes"
 TABLES = ("changesets_changeset", "changesets_revision", "changesets_journalentry")
 SMALL, LARGE, BATCH = "bench.small", "bench.large", "bench.batch"
-
-
-def _fresh_database() -> None:
-    import psycopg
-
-    admin = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    database_url(DB)
 
 
 def small(n: int) -> dict[str, Any]:
@@ -317,7 +307,7 @@ def main() -> None:
         args.writes, args.keys, args.batches = 300, 30, 1
     bench_env()
     server_url()
-    _fresh_database()
+    fresh_database(DB)
     setup(database=DB)
     seconds = _write(args)
     published = _publish()

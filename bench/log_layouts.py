@@ -47,11 +47,10 @@ from __future__ import annotations
 import os
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import log_bytes
 from _common import bench_env, header, parse_part_args, part_parser, table, write_json
-from _setup import database_url, server_url, setup, write_section
+from _setup import fresh_database, server_url, setup, write_section
 
 TITLE = "Other layouts of the log, on the same rows (issue 16, item 6)"
 DB = (os.environ.get("ATLAS_BENCH_DB") or "atlas_bench") + "_layouts"
@@ -132,15 +131,6 @@ LAYOUTS: list[tuple[str, str, tuple[str, ...]]] = [
         ("one", "agent"),
     ),
 ]
-
-
-def _fresh_database() -> None:
-    import psycopg
-
-    admin = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    database_url(DB)
 
 
 def _http_context(token: Any) -> dict[str, Any]:
@@ -249,7 +239,7 @@ def main() -> None:
         args.writes, args.keys = 200, 20
     bench_env()
     server_url()
-    _fresh_database()
+    fresh_database(DB)
     setup(database=DB)
     seconds = _write(args.writes, args.keys)
     log_bytes._publish()

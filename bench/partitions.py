@@ -34,24 +34,13 @@ import os
 import statistics
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from _common import bench_env, header, parse_part_args, part_parser, repeat_ms, table, write_json
-from _setup import database_url, setup, write_section
+from _setup import fresh_database, setup, write_section
 
 TITLE = "Log partitions: revisions and changesets (issue 21, migration 0038)"
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_partitions"
 TABLES = ("changesets_changeset", "changesets_revision", "changesets_journalentry")
-
-
-def _fresh_database() -> None:
-    import psycopg
-    from _setup import server_url
-
-    admin = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    database_url(DB)
 
 
 def _layout(changesets: int, count: int) -> int:
@@ -244,7 +233,7 @@ def main() -> None:
     changesets = 20_000 if args.smoke else args.changesets
     runs = 3 if args.smoke else args.runs
     bench_env()
-    _fresh_database()
+    fresh_database(DB)
     setup(database=DB)
     filled = populate(changesets, args.partitions)
     width = filled["width"]

@@ -26,9 +26,8 @@ import uuid
 from typing import Any
 
 import psutil
-import psycopg
 from _common import bench_env, header, parse_part_args, part_parser, table, write_json
-from _setup import database_url, setup, write_section
+from _setup import fresh_database, setup, write_section
 
 # Dropped and made again by every run, so a name of its own beside the bench database.
 DB = f"{os.environ.get('ATLAS_BENCH_DB') or 'atlas_bench'}_roles"
@@ -156,8 +155,7 @@ def main() -> None:
     repeat, rounds = (50, 1) if args.smoke else (args.repeat, 3)
     bench_env()
     # A database of its own, made again: "before statistics" must mean it.
-    with psycopg.connect(database_url("postgres"), autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+    fresh_database(DB)
     setup(database=DB)
     rows = measure(grant_counts, repeat, rounds)
     write_json(args.json, {"repeat": repeat, "rows": rows})

@@ -26,10 +26,9 @@ from __future__ import annotations
 import os
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from _common import bench_env, header, parse_part_args, part_parser, table, write_json
-from _setup import database_url, server_url, setup, write_section
+from _setup import fresh_database, server_url, setup, write_section
 
 TITLE = "Upgrading through migrations 0026-0029 at scale (issue 16, item 6)"
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_upgrade"
@@ -52,15 +51,6 @@ PUBLISHED_JOURNAL = (
     " attempts, last_error, failures)"
     " SELECT id, seq, 'published', at, at, 1, '', 0 FROM changesets_changeset WHERE branch = ''"
 )
-
-
-def _fresh_database() -> None:
-    import psycopg
-
-    admin = urlunsplit(urlsplit(server_url())._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-    database_url(DB)
 
 
 def _bytes(cursor: Any) -> dict[str, int]:
@@ -166,7 +156,7 @@ def main() -> None:
     args = parse_part_args(parser)
     bench_env()
     server_url()
-    _fresh_database()
+    fresh_database(DB)
     setup(database=DB)
     result = _run(args.changesets)
     command = "bench/upgrade.py" + (
