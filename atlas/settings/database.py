@@ -73,6 +73,11 @@ if ATLAS_DB_POOL:
         "max_size": env_int("ATLAS_DB_POOL_MAX_SIZE", 10),
         # A request waits at most this long for a free connection, then fails (503).
         "timeout": env_float("ATLAS_DB_POOL_TIMEOUT_SECONDS", 10),
+        # A connection is replaced after this long (psycopg_pool adds up to 5% of
+        # jitter). It also bounds how long its prepared statements keep a plan made
+        # from statistics that have since gone stale (docs/deploy.md, "Table
+        # statistics and prepared plans"); psycopg_pool's own default is an hour.
+        "max_lifetime": env_float("ATLAS_DB_POOL_MAX_LIFETIME_SECONDS", 600),
         "reset": reset_pooled_session,
     }
 # A transaction that stalls while holding the log head's lock (a paused or
