@@ -47,7 +47,11 @@ def bench_env() -> None:
 
 
 def part_parser(
-    doc: str | None, *, smoke: str | None = "tiny sizes (CI)", doc_option: bool = True
+    doc: str | None,
+    *,
+    smoke: str | None = "tiny sizes (CI)",
+    doc_option: bool = True,
+    plots_option: bool = False,
 ) -> argparse.ArgumentParser:
     """The command line every part script starts from: ``--smoke``, ``--json``, ``--doc``.
 
@@ -57,7 +61,8 @@ def part_parser(
     ``parse_part_args``. ``doc`` is the script's docstring (its first paragraph is the
     description); ``smoke`` the help of ``--smoke``, None for a script with no smoke
     size; ``doc_option`` False for a script that takes no ``--doc`` (only
-    ``ATLAS_BENCH_DOC`` redirects its section).
+    ``ATLAS_BENCH_DOC`` redirects its section); ``plots_option`` True for a script
+    that draws PNGs and takes ``--plots DIR`` for them.
     """
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
     if smoke is not None:
@@ -72,18 +77,28 @@ def part_parser(
             metavar="PATH",
             help="write the section here, not docs/benchmarks.md (ATLAS_BENCH_DOC)",
         )
+    if plots_option:
+        parser.add_argument(
+            "--plots",
+            default=None,
+            metavar="DIR",
+            help="write the PNGs here, not docs/benchmarks (ATLAS_BENCH_PLOTS)",
+        )
     return parser
 
 
 def parse_part_args(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
 ) -> argparse.Namespace:
-    """``parser``'s arguments; with ``--doc PATH``, ``ATLAS_BENCH_DOC`` set to PATH made
-    absolute, for this process and the children it starts (a relative PATH would name
-    another file in a child that runs elsewhere, or after a chdir)."""
+    """``parser``'s arguments; with ``--doc PATH`` (``--plots DIR``), ``ATLAS_BENCH_DOC``
+    (``ATLAS_BENCH_PLOTS``) set to it made absolute, for this process and the children
+    it starts (a relative path would name another file in a child that runs
+    elsewhere, or after a chdir)."""
     args = parser.parse_args(argv)
     if getattr(args, "doc", None):
         os.environ["ATLAS_BENCH_DOC"] = os.path.abspath(args.doc)
+    if getattr(args, "plots", None):
+        os.environ["ATLAS_BENCH_PLOTS"] = os.path.abspath(args.plots)
     return args
 
 

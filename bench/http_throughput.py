@@ -60,7 +60,7 @@ SUSTAINED = "HTTP sustained run (backlog over time)"
 
 
 def parse_args() -> argparse.Namespace:
-    parser = part_parser(__doc__, smoke="1 s blocks at 1 and 2 clients")
+    parser = part_parser(__doc__, smoke="1 s blocks at 1 and 2 clients", plots_option=True)
     parser.add_argument("--seconds", type=float, default=20.0, help="per block")
     parser.add_argument("--clients", default="1,4,8")
     parser.add_argument(
@@ -69,7 +69,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--subscription", action="store_true", help="one active webhook")
     parser.add_argument("--sustained", type=float, default=0, help="Atlas only, this long")
     parser.add_argument("--drain-timeout", type=float, default=600, help="seconds, each drain")
-    parser.add_argument("--plots", default=None, help="folder for the PNGs (ATLAS_BENCH_PLOTS)")
     return parse_part_args(parser)
 
 
@@ -216,8 +215,6 @@ def on_sigterm(signum: int, _frame: object) -> NoReturn:
 def main() -> None:
     args = parse_args()
     signal.signal(signal.SIGTERM, on_sigterm)
-    if args.plots:
-        os.environ["ATLAS_BENCH_PLOTS"] = os.path.abspath(args.plots)
     seconds = 1.0 if args.smoke else args.seconds
     levels = [1, 2] if args.smoke else [int(c) for c in args.clients.split(",")]
     bench_env()

@@ -552,16 +552,13 @@ def _block(samples: list[tuple[float, float, float, float]], seconds: float) -> 
 
 
 def main() -> None:
-    parser = part_parser(__doc__, smoke="1 and 2 writers, 1 s blocks")
+    parser = part_parser(__doc__, smoke="1 and 2 writers, 1 s blocks", plots_option=True)
     parser.add_argument("--seconds", type=float, default=10.0, help="per block")
     parser.add_argument("--writers", default="1,2,4,8,16")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--pool-size", type=int, default=8, help="PgBouncer server connections")
     parser.add_argument("--probe", type=int, default=300, help="flush-probe commits per setting")
-    parser.add_argument("--plots", default=None, help="folder for the PNG (ATLAS_BENCH_PLOTS)")
     args = parse_part_args(parser)
-    if args.plots:
-        os.environ["ATLAS_BENCH_PLOTS"] = os.path.abspath(args.plots)
     smoke = args.smoke
     seconds = 1.0 if smoke else args.seconds
     levels = [1, 2] if smoke else [int(n) for n in args.writers.split(",")]

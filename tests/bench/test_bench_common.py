@@ -1,4 +1,5 @@
-"""``bench/_common.py``'s bulk-load helper rebuilds what it dropped, on every partition."""
+"""``bench/_common.py``: the bulk-load helper rebuilds what it dropped, on every
+partition; the part scripts' command line hands ``--doc`` and ``--plots`` to children."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from django.db import connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from _common import drop_secondary  # noqa: E402 (bench/ is not a package on the path)
+from _common import (  # noqa: E402 (bench/ is not a package on the path)
+    drop_secondary,
+    parse_part_args,
+    part_parser,
+)
 
 
 def _indexes_per_partition() -> dict[str, set[str]]:
@@ -44,3 +49,21 @@ def test_drop_secondary_rebuilds_every_partitions_indexes_of_the_revision_table(
     assert {p: len(i) for p, i in _indexes_per_partition().items()} == {
         p: len(i) for p, i in before.items()
     }
+
+
+def test_doc_and_plots_reach_children_as_absolute_paths(monkeypatch, tmp_path):
+    """A child that runs elsewhere (or after a chdir) must name the same files."""
+    monkeypatch.chdir(tmp_path)
+    # Set, so that monkeypatch puts back what was there (parse_part_args writes them).
+    monkeypatch.setenv("ATLAS_BENCH_DOC", "")
+    monkeypatch.setenv("ATLAS_BENCH_PLOTS", "")
+    parser = part_parser(None, plots_option=True)
+    args = parse_part_args(parser, ["--doc", "out.md", "--plots", "pngs"])
+    assert (args.doc, args.plots) == ("out.md", "pngs")
+    import os
+
+    assert os.environ["ATLAS_BENCH_DOC"] == str(tmp_path / "out.md")
+    assert os.environ["ATLAS_BENCH_PLOTS"] == str(tmp_path / "pngs")
+    # A script that draws nothing takes no --plots.
+    with pytest.raises(SystemExit):
+        parse_part_args(part_parser(None), ["--plots", "pngs"])
