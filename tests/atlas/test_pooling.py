@@ -471,7 +471,7 @@ def test_the_sessions_atlas_opens_run_no_parallel_workers():
 
 def test_djangos_pool_is_configured_with_a_reset_and_no_persistent_connections():
     pooled = _settings_under(ATLAS_DB_POOL="1", ATLAS_DB_CONN_MAX_AGE="60")
-    assert pooled["options"]["pool"] == ["max_size", "min_size", "reset", "timeout"]
+    assert pooled["options"]["pool"] == ["max_lifetime", "max_size", "min_size", "reset", "timeout"]
     assert pooled["max_age"] == 0
 
 
