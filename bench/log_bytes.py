@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from _common import bench_env, header, parse_part_args, part_parser, table, write_json
-from _setup import fresh_database, server_url, setup, write_section
+from _setup import fresh_database, setup, write_section
 
 TITLE = "Where a write's bytes go (issue 16, item 6)"
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_bytes"
@@ -175,23 +175,31 @@ USER_AGENTS = {
 }
 
 
-def _contexts() -> dict[str, float]:
-    """The stored size of each context, as ``pg_column_size`` of its jsonb; an HTTP
-    write's as ``request_context`` builds it for a token-authenticated PUT."""
-    from django.db import connection
+def http_context(user_agent: str) -> dict[str, Any]:
+    """What ``request_context`` records for a token-authenticated PUT from
+    ``user_agent`` (a new request id each call)."""
     from django.test import RequestFactory
 
     from atlas.api.provenance import request_context
     from atlas.models import ApiToken
+
+    request = RequestFactory().put(
+        "/api/v1/entities/bench/item/k", HTTP_USER_AGENT=user_agent, REMOTE_ADDR="203.0.113.7"
+    )
+    request.auth = ApiToken(pk=1234)  # what token authentication leaves on a request
+    return request_context(request)
+
+
+def _contexts() -> dict[str, float]:
+    """The stored size of each context, as ``pg_column_size`` of its jsonb; an HTTP
+    write's as ``request_context`` builds it for a token-authenticated PUT."""
+    from django.db import connection
+
     from changesets import provenance
 
     shapes: dict[str, dict[str, Any]] = {"a service write (these)": provenance.stored_context(None)}
     for who, agent in USER_AGENTS.items():
-        request = RequestFactory().put(
-            "/api/v1/entities/bench/item/k", HTTP_USER_AGENT=agent, REMOTE_ADDR="203.0.113.7"
-        )
-        request.auth = ApiToken(pk=1234)  # what token authentication leaves on a request
-        shapes[f"an HTTP write from {who}"] = request_context(request)
+        shapes[f"an HTTP write from {who}"] = http_context(agent)
     out = {}
     with connection.cursor() as cursor:
         for what, context in shapes.items():
@@ -306,7 +314,6 @@ def main() -> None:
     if args.smoke:
         args.writes, args.keys, args.batches = 300, 30, 1
     bench_env()
-    server_url()
     fresh_database(DB)
     setup(database=DB)
     seconds = _write(args)

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from _common import bench_env, header, parse_part_args, part_parser, table, write_json
-from _setup import fresh_database, server_url, setup, write_section
+from _setup import fresh_database, setup, write_section
 
 TITLE = "Upgrading through migrations 0026-0029 at scale (issue 16, item 6)"
 DB = os.environ.get("ATLAS_BENCH_DB") or "atlas_bench_upgrade"
@@ -155,7 +155,6 @@ def main() -> None:
     parser.add_argument("--changesets", type=int, default=1_000_000)
     args = parse_part_args(parser)
     bench_env()
-    server_url()
     fresh_database(DB)
     setup(database=DB)
     result = _run(args.changesets)
