@@ -66,6 +66,30 @@ class AppendOnlyModel(models.Model):
         raise AppendOnlyError(f"{type(self).__name__} rows are append-only")
 
 
+class AuthoredRecord(AppendOnlyModel):
+    """An append-only record of something a user did to the log, and when.
+
+    The author's name is the record; the FK is a convenience that survives the
+    user's deletion without rewriting the log (no DB constraint). Nothing looks
+    records up by it (no constraint, no reverse accessor; the author filters use
+    ``author_name``), so it has no index to maintain.
+    """
+
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
+    author_name = models.CharField(max_length=150)
+    at = models.DateTimeField()
+
+    class Meta:
+        abstract = True
+
+
 def namespace_key(position: int) -> Func:
     """``hashtextextended(namespaces[position + 1], 0)``: the namespace position
     indexes' key (migration 0037), an int8 where the name is 10-20 bytes of text.
@@ -90,7 +114,7 @@ def text_key(text: Any) -> Func:
     return Func(text, Value(0), function="hashtextextended", output_field=models.BigIntegerField())
 
 
-class Changeset(AppendOnlyModel):
+class Changeset(AuthoredRecord):
     """One mutation request that moved something.
 
     ``seq`` is drawn from :class:`LogHead` as the last step before commit, under
@@ -99,20 +123,7 @@ class Changeset(AppendOnlyModel):
 
     id = models.UUIDField(primary_key=True, default=uuid6.uuid7, editable=False)
     seq = models.BigIntegerField(unique=True)
-    # The author's name is the record; the FK is a convenience that survives
-    # the user's deletion without rewriting the log (no DB constraint).
-    # Nothing looks changesets up by it (no constraint, no reverse accessor; the
-    # author filter uses author_name), so it has no index to maintain.
-    author = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        on_delete=models.DO_NOTHING,
-        db_constraint=False,
-        db_index=False,
-        related_name="+",
-    )
-    author_name = models.CharField(max_length=150)
-    at = models.DateTimeField()
+    # author, author_name, at: AuthoredRecord's.
     # Always "<rpc>: <op_count> change(s)" (:func:`default_message`), so the log
     # statement stores NULL and :meth:`from_db` fills it in (migration 0033:
     # 23 bytes a changeset, issue 16). Rows written before keep their text; SQL

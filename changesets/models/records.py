@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import uuid6
-from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from changesets.models.changeset import AppendOnlyModel
+from changesets.models.changeset import AuthoredRecord
 
 
-class Erasure(AppendOnlyModel):
+class Erasure(AuthoredRecord):
     """One erasure: who, when, why and which pointers of which entities; never the values.
 
     Append-only like the log (and not erasable itself). Erasures form their own
@@ -19,16 +18,7 @@ class Erasure(AppendOnlyModel):
     """
 
     id = models.UUIDField(primary_key=True, default=uuid6.uuid7, editable=False)
-    author = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        on_delete=models.DO_NOTHING,
-        db_constraint=False,
-        db_index=False,
-        related_name="+",
-    )
-    author_name = models.CharField(max_length=150)
-    at = models.DateTimeField()
+    # author, author_name, at: AuthoredRecord's.
     reason = models.TextField()
     # [{"namespace", "kind", "slug", "pointers": [...]}]
     targets = models.JSONField()
