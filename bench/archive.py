@@ -374,7 +374,7 @@ def compare_reads(point: int) -> dict[str, Any]:
     for label, state in (("before", None), ("after", cut)):
         boundary.prime(state)
         sql = asof._statement("namespace = %s", point) % (
-            point, f"'{NAMESPACES[1]}'", 82, point, point,
+            point, f"'{NAMESPACES[1]}'", 82, point,
         )  # fmt: skip
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (FORMAT JSON) " + sql)

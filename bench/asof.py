@@ -190,7 +190,7 @@ def main() -> None:
             for _ in range(3):  # the last of three: warm, like the timed runs
                 cursor.execute(
                     "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + _statement(where, seq),
-                    [seq, *params, args.page + 32, seq, seq],
+                    [seq, *params, args.page + 32, seq],
                 )
                 plans[depth] = "\n".join(r[0] for r in cursor.fetchall())
 

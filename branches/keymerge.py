@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from django.db import connection
 
+from changesets import keyhash
 from changesets.archive import boundary
 from changesets.merge3 import Conflict, Doc, Granularity, merge3, take
 from changesets.ops import DeleteOp, PutOp, WriteOp, same_content
@@ -52,6 +53,10 @@ class Outcome:
     key: EntityKey
     content: Doc
     conflicts: list[Conflict]
+
+
+# ``r``'s baseline revisions of the key ``k`` names: a seek on ``revision_key``.
+_BASELINE_KEY = keyhash.joined("r", "k", branch="''")
 
 
 def resolve(
@@ -151,7 +156,7 @@ def baseline_contents_at(wanted: Mapping[EntityKey, int]) -> dict[EntityKey, dic
 
     Versions of a key never repeat on baseline (a re-create continues them),
     so ``after_version`` names one revision; history is complete (invariant
-    1), so it is there. A LATERAL probe per key on the history index; after an
+    1), so it is there. A LATERAL probe per key on ``revision_key``; after an
     archive cut, on the state at the cut too (a cut never passes an open
     branch's fork, so the versions it started from are held).
     """
@@ -160,12 +165,11 @@ def baseline_contents_at(wanted: Mapping[EntityKey, int]) -> dict[EntityKey, dic
     keys = [[k.namespace, k.kind, k.slug, v] for k, v in wanted.items()]
     # Raw SQL buys one statement for any number of keys (the write path's JSON key list).
     sql = boundary.sourced(
-        "SELECT k.ns, k.kind, k.slug, r.after"
-        " FROM (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug, (v->>3)::int AS ver"
-        "  FROM jsonb_array_elements(%s::jsonb) v) k"
+        "SELECT k.namespace, k.kind, k.slug, r.after"
+        " FROM (SELECT v->>0 AS namespace, v->>1 AS kind, v->>2 AS slug,"
+        "  (v->>3)::int AS ver FROM jsonb_array_elements(%s::jsonb) v) k"
         " JOIN LATERAL (SELECT r.after FROM {source} r"
-        "  WHERE r.branch = '' AND r.namespace = k.ns AND r.kind = k.kind"
-        "   AND r.slug = k.slug AND r.after_version = k.ver{live:r}"
+        f"  WHERE {_BASELINE_KEY} AND r.after_version = k.ver{{live:r}}"
         "  ORDER BY r.seq DESC LIMIT 1) r ON TRUE"
     )
     with connection.cursor() as cursor:

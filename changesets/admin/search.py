@@ -1,13 +1,15 @@
-"""Admin search over the log by entity, driven from the revision history index and paged by key.
+"""Admin search over the log by entity, driven from the key index and paged by key.
 
-Revisions are indexed by ``(branch, namespace, kind, slug, seq)``. A search
-by slug alone does not know the leading columns, and PostgreSQL 15 cannot
-skip-scan, so a plain ``slug = %s`` would read every revision. Instead:
+An entity's revisions are found by a hash of branch and key, then seq
+(``revision_key``, migration 0041). A search by slug alone does not know the
+branch, namespace and kind, and a plain ``slug = %s`` would read every
+revision. Instead:
 
-1. list the distinct ``(branch, namespace, kind)`` prefixes with a loose
-   index scan (one seek per prefix; there are few), keeping the readable ones;
+1. list the ``(namespace, kind)`` pairs in which the slug was ever created
+   (a loose index scan of ``revision_creates``' distinct prefixes, then a seek
+   each for the slug), keeping the readable ones, on every branch with changesets;
 2. read the entity's revisions newest first below the page's position: one
-   backward range scan of ``(prefix, slug, seq < s)`` per prefix, merged, at
+   backward range scan of ``(hash of the key, seq < s)`` per triple, merged, at
    most :data:`CHUNK` rows;
 3. keep the candidates the changelist's other filters (author, rpc, scope …)
    also match (one probe by primary key or seq each), and repeat from the
@@ -29,7 +31,7 @@ from typing import Any
 
 from atlas.admin_keyset import AFTER, BEFORE, Key
 from atlas.replicas import read_connection
-from changesets import partitions
+from changesets import keyhash, partitions
 from changesets.admin.distinct import distinct_values
 from changesets.selectors import changeset_ids
 from changesets.selectors.bounds import SEQ_OPERATORS, log_head_seq
@@ -50,12 +52,26 @@ SELECT m.seq, m.id, m.changeset_id
 FROM unnest(%(b)s::text[], %(n)s::text[], %(k)s::text[]) AS c(branch, namespace, kind)
 CROSS JOIN LATERAL (
   SELECT r.seq, r.id, r.changeset_id FROM changesets_revision r
-  WHERE r.branch = c.branch AND r.namespace = c.namespace AND r.kind = c.kind
-    AND r.slug = %(slug)s AND {bound}
+  WHERE {key} AND {bound}
   ORDER BY r.seq {order} LIMIT %(limit)s
 ) m
 ORDER BY m.seq {order}, m.id {order}
 LIMIT %(limit)s
+"""
+# ``r``'s revisions of the slug in ``c``'s branch, namespace and kind: a seek on
+# ``revision_key`` (``changesets.keyhash``), spelled for the slug as a parameter.
+_KEY = keyhash.joined("r", "c").replace("c.slug", "%(slug)s")
+# Of ``(branch, namespace, kind)`` triples where keys were created, the
+# ``(namespace, kind)`` of those where the slug was: a seek each on ``revision_creates``.
+_CREATED_SQL = """
+SELECT DISTINCT c.namespace, c.kind
+FROM unnest(%(b)s::text[], %(n)s::text[], %(k)s::text[]) AS c(branch, namespace, kind)
+WHERE EXISTS (
+  SELECT 1 FROM changesets_revision r
+  WHERE r.op = 'create' AND r.branch = c.branch AND r.namespace = c.namespace
+    AND r.kind = c.kind AND r.slug = %(slug)s
+)
+ORDER BY 1, 2
 """
 _BOUNDS = {
     (BEFORE, False): ("TRUE", "DESC"),
@@ -108,17 +124,44 @@ def entity_prefixes(term: str, *, readable: list[str] | None) -> tuple[str, list
         namespace, kind, slug = parts
         if not _SLUG_RE.match(slug):
             return None
-        branches = distinct_values("changesets_revision", ["branch"])
-        combos = [(b, namespace, kind) for (b,) in branches]
+        keys = [(namespace, kind)]
     elif len(parts) == 1 and _SLUG_RE.match(term):
         slug = term
-        combos = distinct_values("changesets_revision", ["branch", "namespace", "kind"])
+        keys = _created(slug)
     else:
         return None
     if readable is not None:
         allowed = set(readable)
-        combos = [c for c in combos if c[1] in allowed]
-    return slug, combos
+        keys = [k for k in keys if k[0] in allowed]
+    return slug, [(b, namespace, kind) for b in _branches() for namespace, kind in keys]
+
+
+def _branches() -> list[str]:
+    """Baseline and every branch with changesets (a loose scan of
+    ``changeset_branch_seq``, which holds branch changesets only)."""
+    rows = distinct_values("changesets_changeset", ["branch"], where="t.branch <> ''")
+    return [""] + [b for (b,) in rows]
+
+
+def _created(slug: str) -> list[tuple[str, str]]:
+    """The ``(namespace, kind)`` pairs in which a key ``slug`` was created, on any branch.
+
+    Every key's line of history starts with a create on some branch, and a branch
+    may also change baseline's keys: the search then seeks the slug in each pair on
+    every branch. The pairs come from a loose scan of ``revision_creates``, then one
+    probe each for the slug."""
+    combos = distinct_values(
+        "changesets_revision", ["branch", "namespace", "kind"], where="t.op = 'create'"
+    )
+    params: dict[str, Any] = {
+        "b": [c[0] for c in combos],
+        "n": [c[1] for c in combos],
+        "k": [c[2] for c in combos],
+        "slug": slug,
+    }
+    with read_connection().cursor() as cursor:
+        cursor.execute(_CREATED_SQL, params)
+        return [(n, k) for n, k in cursor.fetchall()]
 
 
 def candidates(
@@ -143,7 +186,8 @@ def candidates(
         # planned over the partitions they span, not each prefix's scan of all.
         bound = " AND ".join([where, *(f"r.seq {SEQ_OPERATORS[op]} {seq:d}" for op, seq in window)])
         with read_connection().cursor() as cursor:  # a replica's, when configured
-            cursor.execute(_CANDIDATES_SQL.format(bound=bound, order=order), {**params, "limit": n})
+            sql = _CANDIDATES_SQL.format(key=_KEY, bound=bound, order=order)
+            cursor.execute(sql, {**params, "limit": n})
             return [Candidate(*row) for row in cursor.fetchall()]
 
     if direction != BEFORE:

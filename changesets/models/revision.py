@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import F, Func, Q
 
 from changesets.fields import PointerListField
+from changesets.keyhash import HashOf, KeyHash, KeyIs
 from changesets.models.changeset import BASELINE, AppendOnlyModel, Changeset, Op
 from changesets.undo import before_image
 
@@ -27,6 +28,12 @@ class RevisionQuerySet(models.QuerySet["Revision"]):
     def values_list(self, *fields: Any, flat: bool = False, named: bool = False) -> Any:
         return models.QuerySet.values_list(
             self._with_before(fields), *fields, flat=flat, named=named
+        )
+
+    def of_entity(self, branch: str, namespace: str, kind: str, slug: str) -> RevisionQuerySet:
+        """One key's revisions on one branch: a seek on ``revision_key``."""
+        return self.alias(key_hash=KeyHash()).filter(
+            KeyIs(branch, namespace, kind, slug), key_hash=HashOf(branch, namespace, kind, slug)
         )
 
     def _with_before(self, fields: tuple[Any, ...]) -> RevisionQuerySet:
@@ -111,12 +118,10 @@ class Revision(AppendOnlyModel):
 
     class Meta:
         ordering = ["seq", "id"]
+        # Entity history, blame and as-of seek one key's revisions newest first on
+        # ``revision_key`` (migration 0041: a hash of branch and key, then seq; an
+        # expression index, so it is SQL there and spelled by ``changesets.keyhash``).
         indexes = [
-            # Entity history (newest first) and as-of (newest <= X per key).
-            models.Index(
-                fields=["branch", "namespace", "kind", "slug", "-seq"],
-                name="revision_history",
-            ),
             # As-of listings walk the keys that ever existed in key order (one
             # create row per key life), then seek each key's newest revision.
             models.Index(

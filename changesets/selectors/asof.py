@@ -10,9 +10,8 @@ depend on how far back X is:
    create at or before X: that is the start of the life current at X, and its
    time (``Revision.at``, the changeset's) is the entity's ``created_at``.
 2. For each such key, seek its newest revision at or before X on
-   ``revision_asof`` (a hash of the key, then seq: see the SQL below and
-   migration 0007 for why not ``revision_history``). A delete there means the
-   key was absent at X.
+   ``revision_key`` (a hash of branch and key, then seq: migration 0041). A
+   delete there means the key was absent at X.
 3. Walk in batches of the page size (plus slack) until the page is full;
    each further batch is four times larger, so a long run of keys deleted at
    X costs a few round trips, never a scan of everything. (A single statement
@@ -33,7 +32,7 @@ from typing import Any
 
 from atlas.exceptions import BadRequest, NotFound
 from atlas.replicas import read_connection
-from changesets import partitions
+from changesets import keyhash, partitions
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset
 from changesets.selectors import changeset_ids
@@ -42,22 +41,20 @@ from changesets.selectors.log import visible_changesets
 from changesets.selectors.rows import from_micros
 from entities.store import EntityKey, StoredEntity, entity_filters, load_json
 
-# The key's hash as ``revision_asof`` indexes it (migration 0007): the planner
+# The key's hash as ``revision_key`` indexes it (migration 0041): the planner
 # matches the expression, so it must be spelled the same way here.
-KEY_HASH = "hashtextextended({t}.namespace || '/' || {t}.kind || '/' || {t}.slug, 0)"
+KEY_HASH = keyhash.key_hash("{t}")
 
 # One batch of the key walk: ``batch`` keys created at or before X, in key
 # order, each with its newest revision at or before X (``after`` null: the key
 # was deleted at X). The LIMIT sits on the walk itself, so the cost follows
 # the batch, not the number of keys or the depth of history.
 #
-# The seek ``h`` runs on ``revision_asof`` (hash of the key, seq). If another
-# key with the same hash has a newer revision at or before X, ``h`` returns
-# that one (``hit`` false) and ``x`` seeks the real key on ``revision_history``;
-# ``x`` is gated by a one-time filter, so it costs nothing when ``h`` hit.
-# Times come from the revisions themselves (``Revision.at``): no changeset
-# probes. They travel as epoch microseconds (``changesets.selectors.rows.from_micros``
-# says why).
+# The seek ``h`` runs on ``revision_key`` (hash of branch and key, then seq) and
+# compares the real key as well, so a key with the same hash costs a row read
+# and dropped, never a wrong answer. Times come from the revisions themselves
+# (``Revision.at``): no changeset probes. They travel as epoch microseconds
+# (``changesets.selectors.rows.from_micros`` says why).
 
 
 def _as_of_sql(key_hash: str) -> str:
@@ -68,35 +65,25 @@ def _as_of_sql(key_hash: str) -> str:
 
 
 _AS_OF_TEMPLATE = """
-SELECT c.namespace, c.kind, c.slug,
-       CASE WHEN h.hit THEN h.after ELSE x.after END,
-       CASE WHEN h.hit THEN h.after_version ELSE x.after_version END,
+SELECT c.namespace, c.kind, c.slug, h.after, h.after_version,
        (extract(epoch from c.at) * 1000000)::int8,
-       (extract(epoch from CASE WHEN h.hit THEN h.at ELSE x.at END) * 1000000)::int8,
-       CASE WHEN h.hit THEN h.changeset_id ELSE x.changeset_id END
+       (extract(epoch from h.at) * 1000000)::int8,
+       h.changeset_id
 FROM (
-    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, at
+    SELECT DISTINCT ON (namespace, kind, slug) branch, namespace, kind, slug, at
     FROM {source} AS changesets_revision
     WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}{live:changesets_revision}
     ORDER BY namespace, kind, slug, seq DESC
     LIMIT %s
 ) c
 CROSS JOIN LATERAL (
-    SELECT (r.namespace, r.kind, r.slug) = (c.namespace, c.kind, c.slug) AS hit,
-           r.after, r.after_version, r.at, r.changeset_id
+    SELECT r.after, r.after_version, r.at, r.changeset_id
     FROM {source} r
-    WHERE r.branch = '' AND {r_hash} = {c_hash} AND r.seq <= %s{live:r}
+    WHERE {r_hash} = {c_hash} AND r.branch = c.branch AND r.namespace = c.namespace
+      AND r.kind = c.kind AND r.slug = c.slug AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC
     LIMIT 1
 ) h
-LEFT JOIN LATERAL (
-    SELECT r.after, r.after_version, r.at, r.changeset_id
-    FROM {source} r
-    WHERE NOT h.hit AND r.branch = '' AND r.namespace = c.namespace AND r.kind = c.kind
-      AND r.slug = c.slug AND r.seq <= %s{live:r}
-    ORDER BY r.seq DESC
-    LIMIT 1
-) x ON TRUE
 ORDER BY c.namespace, c.kind, c.slug
 """
 _AS_OF_SQL = _as_of_sql(KEY_HASH)
@@ -293,7 +280,7 @@ def entities_as_of(
             after=after,
         )
         with read_connection().cursor() as cursor:
-            cursor.execute(_statement(where, seq), [seq, *params, batch, seq, seq])
+            cursor.execute(_statement(where, seq), [seq, *params, batch, seq])
             rows = cursor.fetchall()
         out.extend(_entity(row) for row in rows if row[3] is not None)
         if len(out) >= limit or len(rows) < batch:
@@ -306,7 +293,7 @@ def entity_as_of(*, seq: int, key: EntityKey) -> StoredEntity | None:
     """One entity as it stood right after changeset ``seq`` (None if absent then)."""
     sql = _statement("namespace = %s AND kind = %s AND slug = %s", seq)
     with read_connection().cursor() as cursor:
-        cursor.execute(sql, [seq, key.namespace, key.kind, key.slug, 1, seq, seq])
+        cursor.execute(sql, [seq, key.namespace, key.kind, key.slug, 1, seq])
         row = cursor.fetchone()
     return _entity(row) if row and row[3] is not None else None
 

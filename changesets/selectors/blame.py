@@ -1,6 +1,6 @@
 """Blame: for every leaf of an entity's content, the changeset that last set it.
 
-It reads the entity's revisions newest first off ``revision_history`` and their
+It reads the entity's revisions newest first off ``revision_key`` and their
 ``changed`` pointers (the rule of API.md, "Key-level history"), never the
 images, and stops as soon as every leaf is accounted for. Callers pass what
 the reader may see (invariant 8 is the view's to check).
@@ -20,7 +20,7 @@ from atlas.replicas import read_connection
 from changesets import partitions, pointers
 from changesets.archive import boundary
 from changesets.models import BASELINE, Revision
-from changesets.selectors import bounds, changeset_ids, entity_keys
+from changesets.selectors import bounds, changeset_ids, entity_keys, log
 from changesets.selectors.rows import REVISION as _T
 from changesets.selectors.rows import changeset_briefs
 from entities.store import EntityKey
@@ -157,9 +157,7 @@ def _history(
 
 
 def _revisions(key: EntityKey, branch: str) -> QuerySet[Revision]:
-    qs = Revision.objects.filter(
-        branch=branch, namespace=key.namespace, kind=key.kind, slug=key.slug
-    )
+    qs = Revision.objects.of_entity(branch, key.namespace, key.kind, key.slug)
     if floor := boundary.floor():
         qs = qs.filter(seq__gt=floor)
     return qs
@@ -192,7 +190,7 @@ def _walk(
     the table three times, and sent twice (the window's rows of a leaf changed
     every time filled its batch), cost 5-6 ms of planning at ten million
     changesets (13 partitions) against 1.3 ms of execution."""
-    entity = entity_keys.entity_where(key, branch)
+    entity = log.entity_where(key, branch)
     top = bounds.log_head_seq() if bound is None else bound - 1 if strictly_below else bound
     # The newest partition's width below the top (None: the top is within it of the start).
     lower = top - partitions.width() if top is not None else None

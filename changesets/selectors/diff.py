@@ -24,6 +24,7 @@ import jsonpatch
 
 from atlas.exceptions import BadRequest
 from atlas.replicas import read_connection
+from changesets import keyhash
 from changesets.archive import boundary
 from changesets.models import BASELINE, Changeset
 from changesets.ops import canonical
@@ -37,7 +38,8 @@ _SLACK = 32
 # One batch of the walk over keys created at or before ``top`` (the later point), in
 # key order. ``hi`` is each key's newest revision at or before ``top``; when it is at
 # or before ``bottom`` too, the key is the same at both points and ``lo`` is not read
-# (its seek is gated on that). Images come back only for keys whose images differ
+# (its seek is gated on that). Both seeks run on ``revision_key``
+# (``changesets.keyhash``). Images come back only for keys whose images differ
 # (as jsonb text: 1 and 1.0 differ, as everywhere in Atlas).
 _DIFF_SQL = """
 SELECT c.namespace, c.kind, c.slug, d.differs,
@@ -51,21 +53,19 @@ FROM (
 ) c
 CROSS JOIN LATERAL (
     SELECT r.seq, r.after FROM {source} r
-    WHERE r.branch = '' AND r.namespace = c.namespace AND r.kind = c.kind
-      AND r.slug = c.slug AND r.seq <= %s{live:r}
+    WHERE {key} AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC LIMIT 1
 ) hi
 LEFT JOIN LATERAL (
     SELECT r.after FROM {source} r
-    WHERE hi.seq > %s AND r.branch = '' AND r.namespace = c.namespace
-      AND r.kind = c.kind AND r.slug = c.slug AND r.seq <= %s{live:r}
+    WHERE hi.seq > %s AND {key} AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC LIMIT 1
 ) lo ON TRUE
 CROSS JOIN LATERAL (
     SELECT hi.seq > %s AND hi.after::text IS DISTINCT FROM lo.after::text AS differs
 ) d
 ORDER BY c.namespace, c.kind, c.slug
-"""
+""".replace("{key}", keyhash.joined("r", "c", branch="''"))
 
 
 def _diff_statement(where: str, bottom: int) -> str:

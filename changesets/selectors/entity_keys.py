@@ -15,15 +15,14 @@ from typing import Any
 from atlas.replicas import read_connection
 from changesets.models import BASELINE
 from changesets.selectors.keys import KEY_TERMS, touching
-from changesets.selectors.log import after_cut
+from changesets.selectors.log import entity_columns_where, entity_where
+from changesets.selectors.rows import REVISION as _T
 from changesets.selectors.rows import (
-    ENTITY_WHERE,
     ROW_COLUMNS,
     HistoryRow,
     history_rows,
     with_briefs,
 )
-from changesets.selectors.rows import REVISION as _T
 from entities.store import EntityKey
 
 # How many of an entity's revisions below a key-filtered history page's start are
@@ -47,7 +46,7 @@ def entity_key_history(
     up short):
 
     - a **walk** of the entity's ``ENTITY_KEY_WINDOW`` newest revisions below the
-      page's start off ``revision_history``, the key rule tested on each row: a
+      page's start off ``revision_key``, the key rule tested on each row: a
       key the entity changes often fills the page here;
     - below that, the entity's revisions on the key's posting list
       (``revision_changed_keys``), the planner's choice of ANDing it with the
@@ -66,12 +65,6 @@ def entity_key_history(
             f"{where} AND {_T}.changed <> ''", params, before_seq=before_seq, limit=limit
         )
     return _walk_then_probe(key, pointer, branch, before_seq, limit)
-
-
-def entity_where(key: EntityKey, branch: str) -> tuple[str, list[Any]]:
-    """SQL over the revision table for ``key``'s revisions on ``branch`` after the
-    archive cut, and its parameters."""
-    return after_cut(ENTITY_WHERE, [branch, key.namespace, key.kind, key.slug])
 
 
 def _walk_then_probe(
@@ -135,16 +128,20 @@ def _probe(
     rule, rule_args = touching([pointer])
     below = f"{where} AND {_T}.seq < %s"
     below_args = [*where_args, low]
+    # ``whole`` names the key by its columns: the partial indexes are keyed by them.
+    columns, columns_args = entity_columns_where(key, branch)
+    whole = f"{columns} AND {_T}.seq < %s"
+    whole_args = [*columns_args, low]
     sql = (
-        f"WITH whole AS MATERIALIZED (SELECT * FROM {_T} WHERE {below} AND {_T}.op = 'create'"
-        f" UNION ALL SELECT * FROM {_T} WHERE {below} AND {_T}.op = 'delete')"
+        f"WITH whole AS MATERIALIZED (SELECT * FROM {_T} WHERE {whole} AND {_T}.op = 'create'"
+        f" UNION ALL SELECT * FROM {_T} WHERE {whole} AND {_T}.op = 'delete')"
         f" SELECT {ROW_COLUMNS} FROM ((SELECT * FROM {_T} WHERE {below}"
         f" AND {KEY_TERMS} && atlas_update_key_query(%s, %s, %s)"
         f" ORDER BY {_T}.seq DESC LIMIT %s)"
         f" UNION ALL (SELECT * FROM whole {_T} WHERE {rule})) {_T}"
         f" ORDER BY {_T}.seq DESC LIMIT %s"
     )
-    args = [*below_args, *below_args, *below_args, branch, key.namespace, pointer, limit]
+    args = [*whole_args, *whole_args, *below_args, branch, key.namespace, pointer, limit]
     with read_connection().cursor() as cursor:
         cursor.execute(sql, [*args, *rule_args, limit])
         return cursor.fetchall()
@@ -202,12 +199,14 @@ def entity_probe(
     the entity's whole history first (18,330 at 1M changesets, 7 ms), to AND with
     an update posting list that was empty."""
     where, where_args = entity
+    # ``born`` names the key by its columns: ``revision_creates`` is keyed by them.
+    born, born_args = entity_columns_where(key, branch)
     # One call a pointer, each folded to its terms when planned, so the planner
     # estimates the overlap from the index's statistics.
     calls = " || ".join(["atlas_update_key_query(%s, %s, %s)"] * len(pointers))
     posting_args = [arg for p in pointers for arg in (branch, key.namespace, p)]
     sql = (
-        f"WITH born AS MATERIALIZED (SELECT * FROM {_T} WHERE {where}"
+        f"WITH born AS MATERIALIZED (SELECT * FROM {_T} WHERE {born}"
         f" AND {_T}.seq < %s AND {_T}.op = 'create'),"
         " page AS MATERIALIZED (SELECT * FROM ("
         f"(SELECT * FROM {_T} WHERE {where} AND {KEY_TERMS} && ({calls})"
@@ -218,5 +217,5 @@ def entity_probe(
         ") arms LIMIT %s)"
         f" SELECT {columns} FROM page {_T} ORDER BY {_T}.seq DESC"
     )
-    args = [*where_args, below, *where_args, *posting_args, below, limit, limit]
+    args = [*born_args, below, *where_args, *posting_args, below, limit, limit]
     return sql, args

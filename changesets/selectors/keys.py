@@ -79,8 +79,7 @@ def namespace_revisions(
 
     By namespace (and time) alone, by its newest changesets
     (``by_namespace.newest_revisions``); with a key, :func:`_key_revisions`; else off
-    the ``revision_seq_entity`` (seq first) or ``revision_history`` index, the
-    planner's choice for the namespace's share of the log. Rows, not model
+    the ``revision_seq_entity`` index (seq first), walked backwards. Rows, not model
     instances (:mod:`changesets.selectors.rows`).
     """
     if where.key:
@@ -209,10 +208,10 @@ def _ladder_tests(
     ``conds``: of updates only (the page's creates and deletes are
     ``key_images``')."""
     assert where.key
-    # The walk spells branch and namespace so that no index matches them: the
-    # planner, expecting few matches, otherwise read the range out of
-    # ``revision_history``, i.e. every entry of the namespace (its seq is not a
-    # leading column there): a cost that grows with the namespace.
+    # The walk spells branch and namespace so that no index matches them: a
+    # range of an index led by them (``revision_history`` until migration 0041)
+    # held every entry of the namespace, seq not leading: a cost that grows with
+    # the namespace. The walk must stay a backward walk by seq.
     walk_tests = [
         (f"{_T}.branch || '' = %s", [branch]),
         (f"{_T}.namespace || '' = %s", [where.namespace]),

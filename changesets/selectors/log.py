@@ -18,7 +18,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
-from changesets import chain
+from changesets import chain, keyhash
 from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase, ArchiveCut
 from changesets.models import BASELINE, COMMON_RPCS, Changeset, LogHead, Revision
@@ -29,21 +29,36 @@ from changesets.selectors.bounds import (
     page_top,
     within,
 )
-from changesets.selectors.rows import ENTITY_WHERE, HistoryRow, history_rows
+from changesets.selectors.rows import REVISION, HistoryRow, history_rows
 from entities.store import EntityKey
 
 
 def entity_history(
     *, key: EntityKey, branch: str = BASELINE, before_seq: int | None = None, limit: int = 50
 ) -> list[HistoryRow]:
-    """One entity's revisions, newest first, off the ``revision_history`` index.
+    """One entity's revisions, newest first, off the ``revision_key`` index.
 
     Cost grows with the page, not with the size of the log; rows, not model
     instances (:mod:`changesets.selectors.rows` says why).
     """
-    params: list[Any] = [branch, key.namespace, key.kind, key.slug]
-    where, params = after_cut(ENTITY_WHERE, params)
+    where, params = entity_where(key, branch)
     return history_rows(where, params, before_seq=before_seq, limit=limit)
+
+
+def entity_where(key: EntityKey, branch: str) -> tuple[str, list[Any]]:
+    """SQL over the revision table for ``key``'s revisions on ``branch`` after the
+    archive cut (a seek on ``revision_key``), and its parameters."""
+    return after_cut(*keyhash.seek(REVISION, branch, key.namespace, key.kind, key.slug))
+
+
+def entity_columns_where(key: EntityKey, branch: str) -> tuple[str, list[Any]]:
+    """:func:`entity_where` by the key's columns, for the partial indexes keyed by them
+    (``revision_creates``, ``revision_deletes``): an entity's creates or deletes."""
+    return after_cut(
+        f"{REVISION}.branch = %s AND {REVISION}.namespace = %s"
+        f" AND {REVISION}.kind = %s AND {REVISION}.slug = %s",
+        [branch, key.namespace, key.kind, key.slug],
+    )
 
 
 def after_cut(where: str, params: list[Any]) -> tuple[str, list[Any]]:
@@ -58,9 +73,7 @@ def after_cut(where: str, params: list[Any]) -> tuple[str, list[Any]]:
 def entity_has_history(*, key: EntityKey, branch: str = BASELINE) -> bool:
     """Whether the key has revisions after the cut, or (baseline) a row in the state at it."""
     floor = boundary.floor()
-    revisions = Revision.objects.filter(
-        branch=branch, namespace=key.namespace, kind=key.kind, slug=key.slug
-    )
+    revisions = Revision.objects.of_entity(branch, key.namespace, key.kind, key.slug)
     if not floor:
         return revisions.exists()
     hot = revisions.filter(seq__gt=floor).exists()

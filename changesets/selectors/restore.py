@@ -5,12 +5,12 @@ content an entity had at any version or point, and whether its newest
 revision is a delete, are facts of the log, never of the live table.
 
 - :func:`version_content` — one key's content at a version (a seek on
-  ``revision_history``; a key's history is short beside the log's).
+  ``revision_key``; a key's history is short beside the log's).
 - :func:`scope_as_of` — every entity of a scope as it stood right after a
-  changeset, in **one** statement (``DISTINCT ON`` the key, newest revision at
-  or before the point, on ``revision_history``): restore diffs it against the
-  current state in memory, so its cost is one index range of the scope's
-  history, never a query per entity.
+  changeset, in **one** statement (the scope's keys off ``revision_creates``,
+  then each key's newest revision at or before the point, a seek on
+  ``revision_key``): restore diffs it against the current state in memory, so
+  its cost follows the scope's keys, never a query per entity.
 - :func:`deleted_entities` — a keyset page of the baseline keys whose newest
   revision is a delete, walked on the partial index ``revision_deletes``
   (migration 0020) in batches limited on the walk: a page costs about its
@@ -33,6 +33,7 @@ from uuid import UUID
 from django.db import connection
 
 from atlas.db import prepared_cursor
+from changesets import keyhash
 from changesets.archive import boundary
 from changesets.archive.models import ArchiveBase
 from changesets.models import BASELINE, Revision
@@ -59,23 +60,21 @@ def version_content(*, key: EntityKey, version: int, branch: str = BASELINE) -> 
     newest baseline one.
     """
     branches = [branch] if branch == BASELINE else [branch, BASELINE]
-    rows = (
-        Revision.objects.filter(
-            branch__in=branches,
-            namespace=key.namespace,
-            kind=key.kind,
-            slug=key.slug,
-            after_version=version,
+    for on in branches:
+        found = (
+            Revision.objects.of_entity(on, key.namespace, key.kind, key.slug)
+            .filter(after_version=version)
+            .order_by("-seq")
+            .values_list("after", "seq")
+            .first()
         )
-        .order_by("-seq")
-        .values_list("after", "branch", "seq")
-    )
-    found = sorted(rows, key=lambda row: row[1] != branch)  # stable: newest first within a side
-    if not found:
-        return _archived_version(key, version)
-    after, on, seq = found[0]
-    # A revision with an after_version has an after image (revision_images_match_op).
-    return VersionImage(content=cast(dict[str, Any], after), version=version, branch=on, seq=seq)
+        if found is not None:
+            # A revision with an after_version has an after image (revision_images_match_op).
+            after, seq = found
+            return VersionImage(
+                content=cast(dict[str, Any], after), version=version, branch=on, seq=seq
+            )
+    return _archived_version(key, version)
 
 
 def _archived_version(key: EntityKey, version: int) -> VersionImage | None:
@@ -94,9 +93,11 @@ def _archived_version(key: EntityKey, version: int) -> VersionImage | None:
         )
     # Versions only rise: one below the first written after the cut (or, with none
     # written since, up to the last one at the cut) was written before the cut.
-    hot = Revision.objects.filter(
-        branch=BASELINE, namespace=key.namespace, kind=key.kind, slug=key.slug, seq__gt=cut.seq
-    ).exclude(after_version=None)
+    hot = (
+        Revision.objects.of_entity(BASELINE, key.namespace, key.kind, key.slug)
+        .filter(seq__gt=cut.seq)
+        .exclude(after_version=None)
+    )
     first_after = hot.order_by("seq").values_list("after_version", flat=True).first()
     versions = [v for v in state.values_list("after_version", flat=True) if v is not None]
     upper = first_after if first_after is not None else (max(versions) + 1 if versions else None)
@@ -105,21 +106,38 @@ def _archived_version(key: EntityKey, version: int) -> VersionImage | None:
     return None
 
 
-# One statement for a scope at a point: per key, its newest baseline revision at or
-# before ``seq`` (an index range of ``revision_history`` read in key order; the
-# ``DISTINCT ON`` keeps the first row of each key). Keys deleted at the point are
-# dropped outside, so the LIMIT counts entities that existed then.
-_SCOPE_AS_OF = """
-SELECT namespace, kind, slug, after, after_version FROM (
-    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after, after_version
-    FROM {source} AS changesets_revision
-    WHERE branch = '' AND seq <= %s AND {where}{live:changesets_revision}
-    ORDER BY namespace, kind, slug, seq DESC
-) s
+# Per key of a scope, its newest baseline revision at or before the point: the keys
+# created by then, off ``revision_creates`` in key order, then a seek per key on
+# ``revision_key``. Parameters: the point, the scope's, the point again.
+_SCOPE_AT = (
+    """
+    SELECT c.namespace, c.kind, c.slug, h.after, h.after_version
+    FROM (
+        SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug
+        FROM {source} AS changesets_revision
+        WHERE branch = '' AND op = 'create' AND seq <= %s AND {where}{live:changesets_revision}
+        ORDER BY namespace, kind, slug, seq DESC
+    ) c
+    CROSS JOIN LATERAL (
+        SELECT r.after, r.after_version FROM {source} r
+        WHERE """
+    + keyhash.joined("r", "c", branch="''")
+    + """ AND r.seq <= %s{live:r}
+        ORDER BY r.seq DESC LIMIT 1
+    ) h
+"""
+)
+# One statement for a scope at a point: keys deleted at the point are dropped, so
+# the LIMIT counts entities that existed then.
+_SCOPE_AS_OF = (
+    "SELECT * FROM ("
+    + _SCOPE_AT
+    + """) s
 WHERE after IS NOT NULL
 ORDER BY namespace, kind, slug
 LIMIT %s
 """
+)
 
 
 def _sourced(sql: str, seq: int) -> str:
@@ -157,9 +175,11 @@ def scope_as_of(
         slug_prefix=slug_prefix,
         after=None,
     )
-    # Raw SQL buys DISTINCT ON over the history index, which the ORM cannot spell.
+    # Raw SQL buys DISTINCT ON over a partial index and a lateral seek per key, which
+    # the ORM cannot spell.
+    sql = _sourced(_SCOPE_AS_OF, seq).format(where=where)
     with connection.cursor() as cursor:
-        cursor.execute(_sourced(_SCOPE_AS_OF, seq).format(where=where), [seq, *params, limit])
+        cursor.execute(sql, [seq, *params, seq, limit])
         return [
             ScopeImage(EntityKey(ns, k, s), load_json(after), version)
             for ns, k, s, after, version in cursor.fetchall()
@@ -180,15 +200,12 @@ class ScopeChange:
 # (as in ``_SCOPE_AS_OF``) full-joined with the live rows of the scope, keeping the
 # keys whose JSON text differs (jsonb text is canonical, so equal text is equal
 # content; the write service still compares what it is given). Only those rows come
-# back, with their count over all of them, so a scope of any size costs one index
-# range of its history plus its live rows, and memory follows the changes.
-_SCOPE_CHANGES = """
-WITH t AS (
-    SELECT DISTINCT ON (namespace, kind, slug) namespace, kind, slug, after
-    FROM {source} AS changesets_revision
-    WHERE branch = '' AND seq <= %s AND {where_t}{live:changesets_revision}
-    ORDER BY namespace, kind, slug, seq DESC
-), n AS (
+# back, with their count over all of them, so a scope of any size costs a seek per key
+# of it plus its live rows, and memory follows the changes.
+_SCOPE_CHANGES = (
+    "WITH t AS ("
+    + _SCOPE_AT.replace("{where}", "{where_t}")
+    + """), n AS (
     SELECT namespace_id, kind, slug, content, version FROM entities_entity WHERE {where_n}
 )
 SELECT COALESCE(t.namespace, n.namespace_id), COALESCE(t.kind, n.kind),
@@ -199,6 +216,7 @@ WHERE t.after::text IS DISTINCT FROM n.content::text
 ORDER BY 1, 2, 3
 LIMIT %s
 """
+)
 
 
 def scope_changes_baseline(
@@ -223,7 +241,7 @@ def scope_changes_baseline(
     sql = _sourced(_SCOPE_CHANGES, seq).format(where_t=where_t, where_n=where_n)
     # Raw SQL buys DISTINCT ON and the full join with a window count in one statement.
     with connection.cursor() as cursor:
-        cursor.execute(sql, [seq, *params_t, *params_n, limit])
+        cursor.execute(sql, [seq, *params_t, seq, *params_n, limit])
         rows = cursor.fetchall()
     changes = [
         ScopeChange(EntityKey(ns, k, s), load_json(after) if after is not None else None, version)

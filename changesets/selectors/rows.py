@@ -200,10 +200,3 @@ def history_rows(
         cursor.execute(sql, args)
         rows = cursor.fetchall()
     return with_briefs(rows)
-
-
-# One entity on one branch: the leading columns of ``revision_history``.
-ENTITY_WHERE = (
-    f"{REVISION}.branch = %s AND {REVISION}.namespace = %s"
-    f" AND {REVISION}.kind = %s AND {REVISION}.slug = %s"
-)

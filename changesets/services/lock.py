@@ -17,6 +17,7 @@ from django.db import connection
 
 from atlas import conf
 from atlas.exceptions import NotFound
+from changesets import keyhash
 from changesets.exceptions import PlanChanged, TooManyOps
 from changesets.ops import WriteOp
 from changesets.services.netchange import Folded
@@ -111,32 +112,35 @@ def planned_ops(
     return ops
 
 
+# ``r``'s revisions of the key ``k`` names, on baseline and on ``k``'s branch.
+_BASELINE_KEY = keyhash.joined("r", "k", branch="''")
+_BRANCH_KEY = keyhash.joined("r", "k")
+
+
 def last_versions(branch: str, keys: Sequence[EntityKey]) -> dict[EntityKey, int]:
     """The highest version each (currently absent) key ever had, from its history.
 
     On a branch, the baseline's history counts too: a branch's versions of a
     key continue the baseline's, so an ETag never names two different states.
     """
-    # Raw SQL buys a LATERAL newest-revision probe per key on the history index, in one
+    # Raw SQL buys a LATERAL newest-revision probe per key on ``revision_key``, in one
     # statement; the keys go over as one JSON document, like every write statement's.
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT k.ns, k.kind, k.slug, GREATEST(b.v, o.v)"
-            " FROM (SELECT v->>0 AS ns, v->>1 AS kind, v->>2 AS slug"
+            "SELECT k.namespace, k.kind, k.slug, GREATEST(b.v, o.v)"
+            " FROM (SELECT v->>0 AS namespace, v->>1 AS kind, v->>2 AS slug, %s::text AS branch"
             "  FROM jsonb_array_elements(%s::jsonb) v) k"
             " LEFT JOIN LATERAL ("
             "   SELECT COALESCE(r.after_version, r.before_version) AS v"
             "   FROM changesets_revision r"
-            "   WHERE r.branch = '' AND r.namespace = k.ns AND r.kind = k.kind"
-            "     AND r.slug = k.slug"
+            f"  WHERE {_BASELINE_KEY}"
             "   ORDER BY r.seq DESC LIMIT 1) b ON TRUE"
             " LEFT JOIN LATERAL ("
             "   SELECT COALESCE(r.after_version, r.before_version) AS v"
             "   FROM changesets_revision r"
-            "   WHERE r.branch = %s AND r.branch <> '' AND r.namespace = k.ns"
-            "     AND r.kind = k.kind AND r.slug = k.slug"
+            f"  WHERE {_BRANCH_KEY} AND k.branch <> ''"
             "   ORDER BY r.seq DESC LIMIT 1) o ON TRUE"
             " WHERE b.v IS NOT NULL OR o.v IS NOT NULL",
-            [json.dumps([[k.namespace, k.kind, k.slug] for k in keys]), branch],
+            [branch, json.dumps([[k.namespace, k.kind, k.slug] for k in keys])],
         )
         return {EntityKey(ns, kind, slug): v for ns, kind, slug, v in cursor.fetchall()}

@@ -28,15 +28,21 @@ def _key(revision: Revision) -> EntityKey:
 def _last_writer(key: EntityKey, store: EntityStore) -> str | None:
     """The changeset that last changed ``key`` as seen from ``store`` (for a conflict report)."""
     branches = [store.branch] if store.branch == BASELINE else [store.branch, BASELINE]
-    newest = (
-        Revision.objects.filter(
-            branch__in=branches, namespace=key.namespace, kind=key.kind, slug=key.slug
-        )
-        .order_by("-seq")
-        .values_list("changeset_id", flat=True)
-        .first()
+    newest = max(
+        (
+            found
+            for on in branches
+            if (
+                found := Revision.objects.of_entity(on, key.namespace, key.kind, key.slug)
+                .order_by("-seq")
+                .values_list("seq", "changeset_id")
+                .first()
+            )
+            is not None
+        ),
+        default=None,
     )
-    return str(newest) if newest else None
+    return str(newest[1]) if newest else None
 
 
 def revert_target(*, actor: User, changeset_id: str) -> Changeset:

@@ -263,7 +263,7 @@ def test_as_of_matches_brute_force_replay(seed, staff, namespaces, api):
 
 def test_as_of_is_right_when_keys_share_a_hash(staff, namespaces, api, monkeypatch):
     """The seek runs on a hash of the key; when another key with the same hash has a
-    newer revision at or before X, the fallback seek on the real key must answer.
+    newer revision at or before X, the comparison of the real key must drop it.
     Real 64-bit collisions are too rare to test, so hash only the namespace: every
     key of a namespace collides with every other."""
     monkeypatch.setattr(asof, "_AS_OF_SQL", asof._as_of_sql("hashtextextended({t}.namespace, 0)"))

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import connection
 
+from changesets import keyhash
 from changesets.models import BASELINE
 from changesets.redaction import seal_revision
 from entities.store import EntityKey
@@ -51,9 +52,17 @@ def _redact_revisions(
                     "SELECT id, changeset_id, salt, sealed,"
                     " atlas_before_image(op, after, undo, undo_gone), after"
                     " FROM changesets_revision"
-                    " WHERE branch = ANY(%s) AND namespace = %s AND kind = %s AND slug = %s"
+                    # The key on every branch: one seek on ``revision_key`` per branch.
+                    f" WHERE {keyhash.key_hash('changesets_revision')} = ANY(ARRAY("
+                    "  SELECT atlas_key_hash(b, %s, %s, %s) FROM unnest(%s::text[]) b))"
+                    " AND branch = ANY(%s) AND namespace = %s AND kind = %s AND slug = %s"
                     " AND id > %s ORDER BY id LIMIT %s",
-                    [branches, key.namespace, key.kind, key.slug, after_id, CHUNK],
+                    [
+                        *(key.namespace, key.kind, key.slug, branches),
+                        *(branches, key.namespace, key.kind, key.slug),
+                        after_id,
+                        CHUNK,
+                    ],
                 )
                 rows = cursor.fetchall()
             if not rows:

@@ -51,7 +51,7 @@ def archived(make_user, archive_dir, settings, publish_committed):
 
 def _page_sql(point: int) -> str:
     sql = asof._statement("namespace = %s", point)
-    return sql % (point, f"'{NS_A}'", 82, point, point)
+    return sql % (point, f"'{NS_A}'", 82, point)
 
 
 def test_an_as_of_page_after_the_cut_merges_both_sides_in_index_order(archived):
@@ -67,7 +67,7 @@ def test_an_as_of_page_after_the_cut_merges_both_sides_in_index_order(archived):
 
 def test_one_entity_as_of_after_the_cut_is_a_seek(archived):
     sql = asof._statement("namespace = %s AND kind = %s AND slug = %s", archived)
-    plan = analyze(sql % (archived, f"'{NS_A}'", "'doc'", "'k01234'", 1, archived, archived))
+    plan = analyze(sql % (archived, f"'{NS_A}'", "'doc'", "'k01234'", 1, archived))
     assert_seek(plan, most=10)
     found = asof.entity_as_of(seq=archived, key=EntityKey(NS_A, "doc", "k01234"))
     assert found is not None and found.content == {"n": 1234}
