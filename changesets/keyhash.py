@@ -54,7 +54,15 @@ def joined(alias: str, other: str, *, branch: str | None = None) -> str:
     on = f"{other}.branch" if branch is None else branch
     return (
         f"{key_hash(alias)} = atlas_key_hash({on}, {other}.namespace, {other}.kind, {other}.slug)"
-        f" AND COALESCE({alias}.branch = {on} AND {alias}.namespace = {other}.namespace"
+        f" AND {same_key(alias, other, branch=branch)}"
+    )
+
+
+def same_key(alias: str, other: str, *, branch: str | None = None) -> str:
+    """:func:`joined`'s test of the real key, hidden from the row estimate, alone."""
+    on = f"{other}.branch" if branch is None else branch
+    return (
+        f"COALESCE({alias}.branch = {on} AND {alias}.namespace = {other}.namespace"
         f" AND {alias}.kind = {other}.kind AND {alias}.slug = {other}.slug, false)"
     )
 

@@ -59,8 +59,10 @@ KEY_HASH = keyhash.key_hash("{t}")
 
 def _as_of_sql(key_hash: str) -> str:
     """The as-of statement with ``key_hash`` (a template over table alias ``{t}``)."""
-    return _AS_OF_TEMPLATE.replace("{r_hash}", key_hash.format(t="r")).replace(
-        "{c_hash}", key_hash.format(t="c")
+    return (
+        _AS_OF_TEMPLATE.replace("{r_hash}", key_hash.format(t="r"))
+        .replace("{c_hash}", key_hash.format(t="c"))
+        .replace("{same_key}", keyhash.same_key("r", "c"))
     )
 
 
@@ -79,8 +81,7 @@ FROM (
 CROSS JOIN LATERAL (
     SELECT r.after, r.after_version, r.at, r.changeset_id
     FROM {source} r
-    WHERE {r_hash} = {c_hash} AND r.branch = c.branch AND r.namespace = c.namespace
-      AND r.kind = c.kind AND r.slug = c.slug AND r.seq <= %s{live:r}
+    WHERE {r_hash} = {c_hash} AND {same_key} AND r.seq <= %s{live:r}
     ORDER BY r.seq DESC
     LIMIT 1
 ) h

@@ -75,9 +75,9 @@ def namespace_revisions(
     the position ``after`` ((seq, id) of the last row of the previous page).
 
     By namespace (and time) alone, by its newest changesets
-    (``by_namespace.newest_revisions``); with a key, :func:`_key_revisions`; else off
-    the ``revision_seq_entity`` index (seq first), walked backwards. Rows, not model
-    instances (:mod:`changesets.selectors.rows`).
+    (``by_namespace.newest_revisions``); with a key, :func:`_key_revisions`; else
+    (kind or author) by walks of its changesets, :func:`_walked_revisions`. Rows, not
+    model instances (:mod:`changesets.selectors.rows`).
     """
     if where.key:
         return _key_revisions(where, branch, after, limit)
